@@ -1,0 +1,80 @@
+"""Settings: defaults, then an optional TOML file, then GPUSLO_* environment; built once and passed in."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuslo.engine.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of the service. Field docs are in docs/configuration.md."""
+
+    database_url: str = "sqlite:///var/gpuslo.db"
+    rules_dir: Path = Path("rules")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_events_per_request: int = 10_000
+    engine_queue_size: int = 10_000
+    rules_poll_seconds: float = 2.0
+    secret_key: str = field(default="", repr=False)
+    page_size: int = 50
+    public_url: str = "http://127.0.0.1:8080"
+
+    def with_overrides(self, **changes: object) -> Settings:
+        """A copy with some fields replaced (used by the CLI and tests)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+_ENV_PREFIX = "GPUSLO_"
+
+
+def _coerce(name: str, raw: object, target: object) -> object:
+    kind = type(target)
+    try:
+        if isinstance(target, bool):
+            if isinstance(raw, bool):
+                return raw
+            return str(raw).strip().lower() in {"1", "true", "yes", "on"}
+        if isinstance(target, Path):
+            return Path(str(raw))
+        return kind(raw)  # type: ignore[call-arg]
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {name!r}: cannot read {raw!r} as {kind.__name__}: {exc}") from exc
+
+
+def load_settings(
+    config_file: Path | None = None, environ: Mapping[str, str] | None = None, **overrides: object
+) -> Settings:
+    """Build Settings from defaults, an optional TOML file, the environment and explicit overrides."""
+    environ = os.environ if environ is None else environ
+    defaults = Settings()
+    known = {f.name for f in dataclasses.fields(Settings)}
+    values: dict[str, object] = {}
+    path = config_file or (Path(environ["GPUSLO_CONFIG"]) if "GPUSLO_CONFIG" in environ else None)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        for key, raw in data.items():
+            if key not in known:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+            values[key] = _coerce(key, raw, getattr(defaults, key))
+    for key in known:
+        env_name = _ENV_PREFIX + key.upper()
+        if env_name in environ:
+            values[key] = _coerce(env_name, environ[env_name], getattr(defaults, key))
+    for key, raw in overrides.items():
+        if raw is not None:
+            values[key] = _coerce(key, raw, getattr(defaults, key))
+    return dataclasses.replace(defaults, **values)  # type: ignore[arg-type]

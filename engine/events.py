@@ -1,0 +1,245 @@
+"""Event: the probe → engine contract. Frozen, validated on entry, with its JSON Schema exported."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+import jsonschema
+
+from gpuslo.engine.errors import EventError, FieldProblem
+
+SCHEMA_ID = "https://gpuslo.dev/schema/event.json"
+
+# Field types as the rule language sees them: "int", "number", "string".
+ENVELOPE_FIELDS: Mapping[str, str] = MappingProxyType(
+    {"id": "string", "kind": "string", "host": "string", "gpu": "int", "gpu_uuid": "string",
+     "pid": "int", "job": "string", "rank": "int", "source": "string", "message": "string"}
+)
+
+_BYTES = "int"
+KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "cuda_oom": MappingProxyType({
+        "api": "string", "requested_bytes": _BYTES, "free_bytes": _BYTES, "total_bytes": _BYTES,
+        "allocated_bytes": _BYTES, "reserved_unallocated_bytes": _BYTES, "error_code": "int",
+        "error_name": "string", "duration_us": "number"}),
+    "cuda_graph_error": MappingProxyType({
+        "api": "string", "error_code": "int", "error_name": "string", "duration_us": "number"}),
+    "cuda_error": MappingProxyType({
+        "api": "string", "error_code": "int", "error_name": "string", "duration_us": "number"}),
+    "nccl_timeout": MappingProxyType({
+        "op": "string", "seq": "int", "timeout_ms": "number", "elapsed_ms": "number", "pg": "string",
+        "numel": "int"}),
+    "nccl_error": MappingProxyType({
+        "api": "string", "error_code": "int", "error_name": "string", "detail": "string"}),
+    "mem_fragmentation": MappingProxyType({
+        "scope": "string", "free_bytes": _BYTES, "largest_free_bytes": _BYTES,
+        "fragmentation_ratio": "number", "reserved_bytes": _BYTES, "allocated_bytes": _BYTES,
+        "alloc_retries": "int", "segments": "int", "num_ooms": "int"}),
+    "token_latency": MappingProxyType({
+        "endpoint": "string", "model": "string", "ttft_ms": "number", "itl_p50_ms": "number",
+        "itl_p99_ms": "number", "itl_max_ms": "number", "tokens": "int", "stalls": "int",
+        "requests": "int", "window_s": "number", "error": "string"}),
+    "token_stall": MappingProxyType({
+        "gap_ms": "number", "token_index": "int", "request_id": "string", "endpoint": "string",
+        "model": "string"}),
+    "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
+    "probe_status": MappingProxyType({
+        "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
+})
+KINDS: tuple[str, ...] = tuple(KIND_ATTRS)
+
+_REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "mem_fragmentation": ("fragmentation_ratio",),
+    "token_stall": ("gap_ms",),
+    "gpu_xid": ("xid",),
+    "probe_status": ("probe", "state"),
+})
+_ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
+    ("mem_fragmentation", "scope"): ("allocator", "device"),
+    ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
+})
+_NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
+_JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
+MESSAGE_MAX = 8192
+
+
+def _attr_schema(kind: str) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    for name, typ in KIND_ATTRS[kind].items():
+        prop: dict[str, Any] = {"type": _JSON_TYPES[typ]}
+        if typ == "string":
+            prop["maxLength"] = 1024
+        elif name.endswith(_NON_NEGATIVE_SUFFIXES) or name in {"tokens", "stalls", "seq", "dropped"}:
+            prop["minimum"] = 0
+        if name == "fragmentation_ratio":
+            prop.update(minimum=0, maximum=1)
+        if (kind, name) in _ENUMS:
+            prop["enum"] = list(_ENUMS[(kind, name)])
+        props[name] = prop
+    return {"type": "object", "properties": props, "required": list(_REQUIRED_ATTRS.get(kind, ())),
+            "additionalProperties": False}
+
+
+def _envelope_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["id", "kind", "time", "host"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"^[A-Za-z0-9._:@/-]+$",
+                   "description": "Client-made unique id; the idempotency key."},
+            "kind": {"enum": list(KINDS)},
+            "time": {"type": "string", "format": "date-time",
+                     "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]00:00)$",
+                     "description": "RFC 3339 in UTC, up to microseconds."},
+            "host": {"type": "string", "minLength": 1, "maxLength": 253},
+            "gpu": {"type": ["integer", "null"], "minimum": 0, "maximum": 1023},
+            "gpu_uuid": {"type": ["string", "null"], "maxLength": 64},
+            "pid": {"type": ["integer", "null"], "minimum": 0},
+            "job": {"type": ["string", "null"], "maxLength": 200},
+            "rank": {"type": ["integer", "null"], "minimum": 0},
+            "labels": {"type": "object", "maxProperties": 32,
+                       "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$"},
+                       "additionalProperties": {"type": "string", "maxLength": 256}},
+            "source": {"type": ["string", "null"], "maxLength": 64},
+            "attrs": {"type": "object"},
+            "message": {"type": ["string", "null"], "maxLength": MESSAGE_MAX},
+        },
+    }
+
+
+def event_json_schema() -> dict[str, Any]:
+    """The full JSON Schema of an event, kind-specific attrs included (served at /api/v1/schema/event)."""
+    schema = _envelope_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = SCHEMA_ID
+    schema["title"] = "gpuslo event"
+    schema["allOf"] = [
+        {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+         "then": {"properties": {"attrs": _attr_schema(kind)}}}
+        for kind in KINDS
+    ]
+    return schema
+
+
+_ENVELOPE_VALIDATOR = jsonschema.Draft202012Validator(_envelope_schema())
+_ATTR_VALIDATORS = {kind: jsonschema.Draft202012Validator(_attr_schema(kind)) for kind in KINDS}
+
+
+def _problems(validator: jsonschema.Draft202012Validator, obj: object, prefix: str) -> list[FieldProblem]:
+    found = []
+    for error in sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]):
+        parts = [str(p) for p in error.absolute_path]
+        if error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else ""
+            parts.append(missing)
+            reason = "required field is missing"
+        elif error.validator == "additionalProperties":
+            extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            parts.append(extra[0] if extra else "")
+            reason = "unknown field (allowed: " + ", ".join(sorted(error.schema.get("properties", {}))) + ")"
+        else:
+            reason = f"{error.message} (rule: {error.validator})"
+        path = ".".join(p for p in [prefix, *parts] if p)
+        found.append(FieldProblem(path or "(event)", reason))
+    return found
+
+
+def _parse_time(text: str) -> datetime:
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One normalized observation from a probe."""
+
+    id: str
+    kind: str
+    time: datetime
+    host: str
+    gpu: int | None = None
+    gpu_uuid: str | None = None
+    pid: int | None = None
+    job: str | None = None
+    rank: int | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    source: str | None = None
+    attrs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    message: str | None = None
+
+    def get(self, name: str) -> Any:
+        """A field by its rule-language name: envelope field, `labels.<key>`, or attribute."""
+        if name in ENVELOPE_FIELDS:
+            return getattr(self, name)
+        if name.startswith("labels."):
+            return self.labels.get(name[len("labels."):])
+        return self.attrs.get(name)
+
+    @property
+    def timestamp(self) -> float:
+        """Event time as seconds since the epoch."""
+        return self.time.timestamp()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical JSON form (None fields left out)."""
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "time": format_time(self.time),
+                               "host": self.host}
+        for name in ("gpu", "gpu_uuid", "pid", "job", "rank", "source"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        if self.attrs:
+            out["attrs"] = dict(self.attrs)
+        if self.message is not None:
+            out["message"] = self.message
+        return out
+
+    def body_hash(self) -> str:
+        """SHA-256 of the canonical JSON form; equal for the same event sent twice."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 UTC with microseconds, as events carry it."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_event(obj: object) -> Event:
+    """Validate a decoded JSON object and build the Event; raises EventError naming every bad field."""
+    problems = _problems(_ENVELOPE_VALIDATOR, obj, "")
+    if not isinstance(obj, dict):
+        raise EventError(problems or [FieldProblem("(event)", "an event must be a JSON object")])
+    kind = obj.get("kind")
+    if kind in _ATTR_VALIDATORS and isinstance(obj.get("attrs", {}), dict):
+        problems += _problems(_ATTR_VALIDATORS[kind], obj.get("attrs", {}), "attrs")
+    if problems:
+        raise EventError(problems)
+    try:
+        moment = _parse_time(obj["time"])
+    except ValueError as exc:
+        raise EventError([FieldProblem("time", f"not a valid RFC 3339 time: {exc}")]) from exc
+    return Event(
+        id=obj["id"], kind=kind, time=moment, host=obj["host"], gpu=obj.get("gpu"),
+        gpu_uuid=obj.get("gpu_uuid"), pid=obj.get("pid"), job=obj.get("job"), rank=obj.get("rank"),
+        labels=MappingProxyType(dict(obj.get("labels") or {})), source=obj.get("source"),
+        attrs=MappingProxyType(dict(obj.get("attrs") or {})), message=obj.get("message"),
+    )
+
+
+def field_type(kind: str, name: str) -> str | None:
+    """The rule-language type of a field of an event kind, or None when the kind has no such field."""
+    if name in ENVELOPE_FIELDS:
+        return ENVELOPE_FIELDS[name]
+    if name.startswith("labels.") and len(name) > len("labels."):
+        return "string"
+    return KIND_ATTRS.get(kind, {}).get(name)

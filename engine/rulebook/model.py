@@ -1,0 +1,172 @@
+"""Frozen rulebook objects: what the loader builds and the compiler, runtime and explainer read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpuslo.engine.errors import Location
+
+SEVERITIES: tuple[str, ...] = ("critical", "error", "warning", "info")
+
+# ---- condition expressions (parsed from text, never eval'ed) ----
+
+LiteralValue = int | float | str | bool | None
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    """A field of the current event (`alias` None) or of an earlier named pattern (`alias.field`)."""
+
+    name: str
+    alias: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.alias}.{self.name}" if self.alias else self.name
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A constant; `text` keeps the source spelling (`1GiB`, `200ms`) for explanations."""
+
+    value: LiteralValue | tuple[LiteralValue, ...]
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Compare:
+    """`left op right`; op is one of == != < <= > >= in contains matches."""
+
+    op: str
+    left: FieldRef
+    right: Literal | FieldRef
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+
+@dataclass(frozen=True)
+class Exists:
+    """`has field`: the field is present (not null)."""
+
+    field: FieldRef
+
+    def __str__(self) -> str:
+        return f"has {self.field}"
+
+
+@dataclass(frozen=True)
+class And:
+    items: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return " and ".join(f"({i})" if isinstance(i, Or) else str(i) for i in self.items)
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return " or ".join(str(i) for i in self.items)
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Expr
+
+    def __str__(self) -> str:
+        return f"not ({self.item})"
+
+
+Expr = Compare | Exists | And | Or | Not
+
+# ---- triggers ----
+
+
+@dataclass(frozen=True)
+class EventPattern:
+    """One event kind with an optional condition; `alias` names it inside correlations."""
+
+    kind: str
+    condition: Expr | None = None
+    alias: str = "m"
+    condition_text: str | None = None
+
+
+@dataclass(frozen=True)
+class SingleEvent:
+    """Fires on every event that matches the pattern."""
+
+    pattern: EventPattern
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Fires when all patterns match events that agree on `same` keys within `within_s` seconds."""
+
+    patterns: tuple[EventPattern, ...]
+    same: tuple[str, ...]
+    within_s: float
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
+class Count:
+    """Fires when `count` events matching the pattern, equal on `same`, fall within `within_s` seconds."""
+
+    pattern: EventPattern
+    count: int
+    same: tuple[str, ...]
+    within_s: float
+
+
+Trigger = SingleEvent | Correlation | Count
+
+
+@dataclass(frozen=True)
+class Slo:
+    id: str
+    service: str
+    sli: str
+    objective: str
+    window: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    slo: str
+    severity: str
+    when: Trigger
+    group_by: tuple[str, ...]
+    summary: str
+    remediation: str
+    location: Location
+    description: str = ""
+    runbook: str | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class Rulebook:
+    name: str
+    version: str
+    description: str
+    slos: Mapping[str, Slo]
+    rules: tuple[Rule, ...]
+    source: str
+    content_hash: str
+    requires: str | None = None
+
+    def rule(self, rule_id: str) -> Rule:
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        raise KeyError(rule_id)

@@ -1,0 +1,79 @@
+"""Frozen results of a rule match: the explanation and the match that becomes (or folds into) a violation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from gpuslo.engine.events import Event
+
+STATUSES: tuple[str, ...] = ("open", "acknowledged", "resolved")
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """One condition of the rule with what was observed: `fragmentation_ratio = 0.71 > 0.65`."""
+
+    text: str
+    field: str
+    observed: Any
+    holds: bool
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One step of the causal chain, in event-time order; `delay_s` is the time since the previous link."""
+
+    event_id: str
+    kind: str
+    time: datetime
+    text: str
+    delay_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a rule fired: each condition with its observed value, the evidence and the causal chain."""
+
+    conditions: tuple[ConditionResult, ...]
+    evidence: tuple[Event, ...]
+    chain: tuple[ChainLink, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "conditions": [
+                {"text": c.text, "field": c.field, "observed": c.observed, "holds": c.holds}
+                for c in self.conditions
+            ],
+            "evidence": [e.id for e in self.evidence],
+            "chain": [
+                {"event_id": c.event_id, "kind": c.kind, "time": c.time.isoformat(), "text": c.text,
+                 "delay_s": c.delay_s}
+                for c in self.chain
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Match:
+    """A rule fired for a group key; the store folds matches of one rule and key into one violation."""
+
+    rule_id: str
+    rule_title: str
+    rulebook: str
+    rulebook_version: str
+    rulebook_hash: str
+    slo: str
+    slo_objective: str
+    severity: str
+    group_key: str
+    group: Mapping[str, Any]
+    summary: str
+    remediation: str
+    runbook: str | None
+    explanation: Explanation
+    seen_at: datetime
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
