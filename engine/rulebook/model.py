@@ -164,6 +164,7 @@ class Rulebook:
     source: str
     content_hash: str
     requires: str | None = None
+    location: Location = Location()  # where the `rulebook:` name stands
 
     def rule(self, rule_id: str) -> Rule:
         for rule in self.rules:

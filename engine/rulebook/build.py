@@ -1,0 +1,111 @@
+"""Turn a validated rulebook document into the frozen model objects."""
+
+from __future__ import annotations
+
+import hashlib
+from types import MappingProxyType
+from typing import Any
+
+from gpuslo.engine.rulebook.expr import parse_expression
+from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.model import (
+    Correlation,
+    Count,
+    EventPattern,
+    Rule,
+    Rulebook,
+    SingleEvent,
+    Slo,
+    Trigger,
+)
+from gpuslo.engine.rulebook.validate import expression_location
+from gpuslo.engine.units import parse_duration
+
+DEFAULT_GROUP_BY: tuple[str, ...] = ("host",)
+
+
+class _Builder:
+    """Builds model objects from a document that `validate` found no problem in."""
+
+    def __init__(self, doc: Document):
+        self.doc = doc
+        data = doc.data
+        self.lists = {k: tuple(v) for k, v in (data.get("lists") or {}).items()}
+        self.macros = dict(data.get("macros") or {})
+
+    def pattern(self, path: Path_, obj: dict[str, Any], alias: str, aliases: dict[str, str]) -> EventPattern:
+        text = obj.get("if")
+        condition = None
+        if text is not None:
+            where, exact = expression_location(self.doc, (*path, "if"))
+            condition = parse_expression(
+                text,
+                obj["event"],
+                location=where,
+                aliases=dict(aliases),
+                macros=self.macros,
+                lists=self.lists,
+                exact_columns=exact,
+            )
+        return EventPattern(kind=obj["event"], condition=condition, alias=alias, condition_text=text)
+
+    def trigger(self, path: Path_, when: dict[str, Any]) -> Trigger:
+        same = tuple(when.get("same", ()))
+        if "all" in when:
+            aliases: dict[str, str] = {}
+            patterns = []
+            for i, obj in enumerate(when["all"]):
+                patterns.append(self.pattern((*path, "all", i), obj, obj["name"], aliases))
+                aliases[obj["name"]] = obj["event"]
+            return Correlation(
+                tuple(patterns), same, parse_duration(when["within"]), bool(when.get("ordered", False))
+            )
+        pattern = self.pattern(path, when, "m", {})
+        if "count" in when:
+            return Count(pattern, int(when["count"]), same, parse_duration(when["within"]))
+        return SingleEvent(pattern)
+
+    def rule(self, i: int, obj: dict[str, Any]) -> Rule:
+        path: Path_ = ("rules", i)
+        return Rule(
+            id=obj["id"],
+            title=obj["title"],
+            slo=obj["slo"],
+            severity=obj["severity"],
+            when=self.trigger((*path, "when"), obj["when"]),
+            group_by=tuple(obj.get("group_by", DEFAULT_GROUP_BY)),
+            summary=obj["summary"],
+            remediation=obj["remediation"],
+            location=self.doc.at(path),
+            description=obj.get("description", ""),
+            runbook=obj.get("runbook"),
+            labels=MappingProxyType(dict(obj.get("labels") or {})),
+        )
+
+
+def build_rulebook(doc: Document, source: str) -> Rulebook:
+    """The frozen Rulebook of a document already checked by `validate.validate`."""
+    data = doc.data
+    builder = _Builder(doc)
+    slos = {
+        sid: Slo(
+            id=sid,
+            service=s["service"],
+            sli=s["sli"],
+            objective=s["objective"],
+            window=s["window"],
+            description=s.get("description", ""),
+        )
+        for sid, s in data["slos"].items()
+    }
+    return Rulebook(
+        name=data["rulebook"],
+        version=data["version"],
+        description=data.get("description", ""),
+        slos=MappingProxyType(slos),
+        rules=tuple(builder.rule(i, obj) for i, obj in enumerate(data["rules"])),
+        source=source,
+        content_hash=hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        requires=data.get("requires"),
+        location=doc.at(("rulebook",)),
+    )

@@ -1,0 +1,373 @@
+"""Check a loaded rulebook document: structure against schema.json, then meaning (references, kinds)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from functools import cache
+from importlib import metadata, resources
+from typing import Any
+
+import jinja2
+import jinja2.meta
+import jsonschema
+from jinja2.sandbox import SandboxedEnvironment
+
+from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
+from gpuslo.engine.events import ENVELOPE_FIELDS, KIND_ATTRS, KINDS, field_type
+from gpuslo.engine.rulebook.expr import KEYWORDS, parse_expression
+from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.units import parse_duration
+
+MAX_WITHIN_S = 86400.0  # the runtime keeps correlation state this long at most
+TEMPLATE_NAMES = ("event", "group")
+_NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit"
+_JSON_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "object": "a mapping",
+    "array": "a list",
+}
+_REQUIRES = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*")
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    text = resources.files("gpuslo.engine.rulebook").joinpath("schema.json").read_text("utf-8")
+    return jsonschema.Draft202012Validator(json.loads(text))
+
+
+def rulebook_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a rulebook's structure (package data `schema.json`)."""
+    return dict(_validator().schema)
+
+
+def _hint(word: object, options: Any) -> str | None:
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def _rule_id(doc: Document, path: Path_) -> str | None:
+    if len(path) >= 2 and path[0] == "rules" and isinstance(doc.data, dict):
+        rules = doc.data.get("rules")
+        if isinstance(rules, list) and isinstance(path[1], int) and path[1] < len(rules):
+            rule = rules[path[1]]
+            if isinstance(rule, dict) and isinstance(rule.get("id"), str):
+                return str(rule["id"])
+    return None
+
+
+def _schema_problem(doc: Document, error: jsonschema.ValidationError) -> Iterator[RulebookProblem]:
+    path: Path_ = tuple(error.absolute_path)
+    rule = _rule_id(doc, path)
+    label = next((str(p) for p in reversed(path) if isinstance(p, str)), "rulebook")
+    kind, value, instance = error.validator, error.validator_value, error.instance
+    if kind == "additionalProperties":
+        allowed = error.schema.get("properties", {})
+        for extra in sorted(
+            set(instance) - set(allowed), key=lambda k: doc.at((*path, k), key=True).line or 0
+        ):
+            yield RulebookProblem(
+                doc.at((*path, extra), key=True),
+                f"unknown field '{extra}'",
+                rule,
+                _hint(extra, allowed) or f"allowed: {', '.join(allowed)}",
+            )
+        return
+    where = doc.at(path)
+    if kind == "required":
+        missing = error.message.split("'")[1]
+        yield RulebookProblem(where, f"missing required field '{missing}'", rule)
+    elif kind == "enum":
+        yield RulebookProblem(
+            where, f"{label} {instance!r} must be one of {', '.join(value)}", rule, _hint(instance, value)
+        )
+    elif kind == "type":
+        types = [value] if isinstance(value, str) else value
+        words = " or ".join(_JSON_TYPE_WORDS.get(t, t) for t in types)
+        hint = "quote it" if "string" in types and isinstance(instance, int | float) else None
+        yield RulebookProblem(where, f"'{label}' must be {words}, got {instance!r}", rule, hint)
+    elif kind == "pattern" and value.startswith("^[a-z0-9]"):
+        where = doc.at((*path, instance), key=True) if (*path, instance) in doc.key_marks else where
+        yield RulebookProblem(where, f"name {instance!r} must use {_NAME_RULE}", rule)
+    elif kind == "pattern" and value.startswith("^[A-Za-z_]"):
+        where = doc.at((*path, instance), key=True) if (*path, instance) in doc.key_marks else where
+        yield RulebookProblem(where, f"name {instance!r} must be an identifier (letters, digits, '_')", rule)
+    elif kind == "pattern" and label == "runbook":
+        yield RulebookProblem(where, f"runbook {instance!r} must be an http(s) URL", rule)
+    else:
+        yield RulebookProblem(where, f"'{label}': {error.message}", rule)
+
+
+def schema_problems(doc: Document) -> list[RulebookProblem]:
+    """Structural problems: unknown or missing fields, wrong types, bad names and severities."""
+    if not isinstance(doc.data, dict):
+        return [
+            RulebookProblem(
+                doc.at(()), "a rulebook must be a YAML mapping with 'rulebook', 'version', 'slos' and 'rules'"
+            )
+        ]
+    problems: list[RulebookProblem] = []
+    for error in _validator().iter_errors(doc.data):
+        problems.extend(_schema_problem(doc, error))
+    return problems
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def _requires_problems(doc: Document, requires: object) -> Iterator[RulebookProblem]:
+    if not isinstance(requires, str):
+        return
+    where = doc.at(("requires",))
+    try:
+        current = _version_tuple(metadata.version("gpuslo"))
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return
+    checks = {
+        ">=": tuple.__ge__,
+        "<=": tuple.__le__,
+        "==": tuple.__eq__,
+        "!=": tuple.__ne__,
+        ">": tuple.__gt__,
+        "<": tuple.__lt__,
+    }
+    for part in requires.split(","):
+        match = _REQUIRES.fullmatch(part)
+        if not match:
+            yield RulebookProblem(where, f"requires {requires!r} is not a version range", hint="e.g. '>=0.1'")
+            return
+        op, wanted = match.groups()
+        want = _version_tuple(wanted)
+        width = max(len(want), len(current))
+        if not checks[op](current + (0,) * (width - len(current)), want + (0,) * (width - len(want))):
+            yield RulebookProblem(
+                where, f"this rulebook requires gpuslo {requires}, but this is {'.'.join(map(str, current))}"
+            )
+
+
+def _duration_problem(
+    doc: Document, path: Path_, value: object, rule: str | None, limit: float | None = None
+) -> Iterator[RulebookProblem]:
+    if not isinstance(value, str):
+        return
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        yield RulebookProblem(doc.at(path), str(exc), rule)
+        return
+    if seconds <= 0 or (limit is not None and seconds > limit):
+        yield RulebookProblem(
+            doc.at(path), f"'{path[-1]}' must be above 0 and at most {limit:g}s, got {value}", rule
+        )
+
+
+def expression_location(doc: Document, path: Path_) -> tuple[Location, bool]:
+    """Where a condition's text begins, and whether its columns can be trusted (one line, not a block)."""
+    where = doc.at(path)
+    if doc.styles.get(path) in ('"', "'") and where.col is not None:
+        where = replace(where, col=where.col + 1)
+    return where, path not in doc.multiline
+
+
+class _Context:
+    """What rule checks share: the document, and the rulebook's SLOs, lists and macros."""
+
+    def __init__(self, doc: Document):
+        data = doc.data
+        self.doc = doc
+        self.slos = data.get("slos") if isinstance(data.get("slos"), dict) else {}
+        self.lists = {k: tuple(v) for k, v in (data.get("lists") or {}).items() if isinstance(v, list)}
+        self.macros = {k: v for k, v in (data.get("macros") or {}).items() if isinstance(v, str)}
+
+    def condition(
+        self, path: Path_, text: object, kind: str, aliases: Mapping[str, str], rule: str | None
+    ) -> Iterator[RulebookProblem]:
+        if not isinstance(text, str) or kind not in KINDS:
+            return
+        where, exact = expression_location(self.doc, path)
+        try:
+            parse_expression(
+                text,
+                kind,
+                location=where,
+                aliases=aliases,
+                macros=self.macros,
+                lists=self.lists,
+                exact_columns=exact,
+            )
+        except RulebookError as exc:
+            yield from (replace(p, rule_id=rule) for p in exc.problems)
+
+
+def _kind_problem(doc: Document, path: Path_, kind: object, rule: str | None) -> Iterator[RulebookProblem]:
+    if isinstance(kind, str) and kind not in KINDS:
+        yield RulebookProblem(
+            doc.at(path),
+            f"unknown event kind '{kind}'",
+            rule,
+            _hint(kind, KINDS) or f"known: {', '.join(KINDS)}",
+        )
+
+
+def _field_problems(
+    doc: Document, path: Path_, names: object, kinds: list[str], rule: str | None
+) -> Iterator[RulebookProblem]:
+    if not isinstance(names, list):
+        return
+    for i, name in enumerate(names):
+        for kind in kinds:
+            if isinstance(name, str) and field_type(kind, name) is None:
+                yield RulebookProblem(
+                    doc.at((*path, i)),
+                    f"unknown field '{name}' for event {kind} in '{path[-1]}'",
+                    rule,
+                    _hint(name, _kind_fields(kind)),
+                )
+                break
+
+
+def _kind_fields(kind: str) -> list[str]:
+    return [*ENVELOPE_FIELDS, *KIND_ATTRS.get(kind, {})]
+
+
+_FORM_KEYS = {
+    "single": ({"event"}, {"event", "if"}),
+    "correlation": ({"all", "same", "within"}, {"all", "same", "within", "ordered"}),
+    "count": ({"count", "event", "within"}, {"count", "event", "if", "same", "within"}),
+}
+_FORM_NAMES = {"single": "a single-event trigger", "correlation": "a correlation (all:)", "count": "a count"}
+
+
+def _when_form(when: dict[str, Any]) -> str:
+    return "correlation" if "all" in when else "count" if "count" in when else "single"
+
+
+def _when_problems(
+    ctx: _Context, path: Path_, when: object, rule: str | None, group_by: object
+) -> Iterator[RulebookProblem]:
+    """The trigger's form, kinds, conditions, `same`/`group_by` fields and window."""
+    if not isinstance(when, dict):
+        return
+    doc, form = ctx.doc, _when_form(when)
+    required, allowed = _FORM_KEYS[form]
+    known = set().union(*(keys for _, keys in _FORM_KEYS.values()))
+    for key in when:
+        if key in known and key not in allowed:  # unknown keys are the schema's to report
+            yield RulebookProblem(
+                doc.at((*path, key), key=True), f"'{key}' does not apply to {_FORM_NAMES[form]}", rule
+            )
+    for key in sorted(required - set(when)):
+        yield RulebookProblem(doc.at(path), f"{_FORM_NAMES[form]} needs '{key}'", rule)
+    kinds: list[str] = []
+    if form == "correlation":
+        yield from _pattern_problems(ctx, (*path, "all"), when.get("all"), rule, kinds)
+    else:
+        yield from _kind_problem(doc, (*path, "event"), when.get("event"), rule)
+        if when.get("event") in KINDS:
+            kinds.append(when["event"])
+            yield from ctx.condition((*path, "if"), when.get("if"), when["event"], {}, rule)
+    yield from _field_problems(doc, (*path, "same"), when.get("same"), kinds, rule)
+    yield from _field_problems(doc, (*path[:-1], "group_by"), group_by, kinds, rule)
+    yield from _duration_problem(doc, (*path, "within"), when.get("within"), rule, MAX_WITHIN_S)
+
+
+def _pattern_problems(
+    ctx: _Context, path: Path_, patterns: object, rule: str | None, kinds: list[str]
+) -> Iterator[RulebookProblem]:
+    if not isinstance(patterns, list):
+        return
+    aliases: dict[str, str] = {}
+    for i, pattern in enumerate(patterns):
+        if not isinstance(pattern, dict):
+            continue
+        name, kind = pattern.get("name"), pattern.get("event")
+        if name in aliases or name in KEYWORDS or name == "labels":
+            yield RulebookProblem(
+                ctx.doc.at((*path, i, "name")), f"pattern name '{name}' is already taken", rule
+            )
+        yield from _kind_problem(ctx.doc, (*path, i, "event"), kind, rule)
+        if isinstance(kind, str) and kind in KINDS:
+            kinds.append(kind)
+            yield from ctx.condition((*path, i, "if"), pattern.get("if"), kind, dict(aliases), rule)
+            if isinstance(name, str):
+                aliases[name] = kind
+
+
+def _template_problems(
+    doc: Document, path: Path_, text: object, rule: str | None
+) -> Iterator[RulebookProblem]:
+    if not isinstance(text, str):
+        return
+    try:
+        tree = SandboxedEnvironment().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        yield RulebookProblem(
+            doc.at(path), f"summary template: {exc.message} (template line {exc.lineno})", rule
+        )
+        return
+    for name in sorted(jinja2.meta.find_undeclared_variables(tree) - set(TEMPLATE_NAMES)):
+        yield RulebookProblem(
+            doc.at(path),
+            f"summary template uses unknown variable '{name}' (known: {', '.join(TEMPLATE_NAMES)})",
+            rule,
+            _hint(name, TEMPLATE_NAMES),
+        )
+
+
+def _rule_problems(
+    ctx: _Context, i: int, rule: dict[str, Any], seen: dict[str, Location]
+) -> Iterator[RulebookProblem]:
+    doc, path = ctx.doc, ("rules", i)
+    rid = rule.get("id") if isinstance(rule.get("id"), str) else None
+    if rid is not None and rid in seen:
+        yield RulebookProblem(
+            doc.at((*path, "id")), f"duplicate rule id '{rid}' (first at line {seen[rid].line})", rid
+        )
+    elif rid is not None:
+        seen[rid] = doc.at((*path, "id"))
+    slo = rule.get("slo")
+    if isinstance(slo, str) and slo not in ctx.slos:
+        yield RulebookProblem(
+            doc.at((*path, "slo")),
+            f"unknown SLO '{slo}'",
+            rid,
+            _hint(slo, ctx.slos) or f"define it under 'slos' (known: {', '.join(ctx.slos)})",
+        )
+    yield from _when_problems(ctx, (*path, "when"), rule.get("when"), rid, rule.get("group_by"))
+    yield from _template_problems(doc, (*path, "summary"), rule.get("summary"), rid)
+
+
+def semantic_problems(doc: Document) -> list[RulebookProblem]:
+    """Problems of meaning: unknown SLOs, kinds and fields, bad conditions, windows, templates, duplicates."""
+    if not isinstance(doc.data, dict):
+        return []
+    ctx, problems = _Context(doc), []
+    problems.extend(_requires_problems(doc, doc.data.get("requires")))
+    for slo_id, slo in ctx.slos.items():
+        if isinstance(slo, dict):
+            problems.extend(_duration_problem(doc, ("slos", slo_id, "window"), slo.get("window"), None))
+    for name in ctx.macros:
+        if name in KEYWORDS:
+            problems.append(
+                RulebookProblem(doc.at(("macros", name), key=True), f"macro name '{name}' is a keyword")
+            )
+    seen: dict[str, Location] = {}
+    rules = doc.data.get("rules")
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        if isinstance(rule, dict):
+            problems.extend(_rule_problems(ctx, i, rule, seen))
+    return problems
+
+
+def validate(doc: Document) -> list[RulebookProblem]:
+    """Every problem of the document, in file order (structure and meaning together)."""
+    problems = schema_problems(doc) + semantic_problems(doc)
+    unique = list(dict.fromkeys(problems))
+    return sorted(unique, key=lambda p: (p.location.line or 0, p.location.col or 0))

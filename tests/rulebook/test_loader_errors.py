@@ -1,0 +1,184 @@
+"""Bad rulebooks: every problem reported, in file order, as exact `file:line:col: ...` text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpuslo.engine.errors import RulebookError
+from gpuslo.engine.rulebook import check_paths, load_directory, load_rulebook, load_rulebook_text
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(RulebookError) as caught:
+        load_rulebook(path)
+    return [str(p) for p in caught.value.problems]
+
+
+def text_problems(text: str, name: str = "t.yaml") -> list[str]:
+    with pytest.raises(RulebookError) as caught:
+        load_rulebook_text(text, name)
+    return [str(p) for p in caught.value.problems]
+
+
+def test_every_problem_in_file_order(fixtures: Path) -> None:
+    path = fixtures / "bad" / "many-problems.yaml"
+    f = str(path)
+    assert problems_of(path) == [
+        f"{f}:12:10: rule \"oom-storm\": unknown SLO 'token-latncy' (did you mean 'token-latency'?)",
+        f"{f}:13:15: rule \"oom-storm\": severity 'fatal' must be one of critical, error, warning, info",
+        f"{f}:15:7: rule \"oom-storm\": a count needs 'within'",
+        f"{f}:18:7: rule \"oom-storm\": unknown field 'withn' (did you mean 'within'?)",
+        f"{f}:26:14: rule \"frag\": unknown event kind 'mem_fragmentaton' "
+        "(did you mean 'mem_fragmentation'?)",
+        f"{f}:35:40: rule \"stall\": '>' needs a number field; 'endpoint' is a string field",
+        f"{f}:36:14: rule \"stall\": summary template: unexpected '}}' (template line 1)",
+        f"{f}:38:9: rule \"oom-storm\": duplicate rule id 'oom-storm' (first at line 10)",
+        f"{f}:44:11: rule \"oom-storm\": unknown field 'requested_bytez' for event cuda_oom "
+        "(did you mean 'requested_bytes'?)",
+        f"{f}:45:22: rule \"oom-storm\": unknown field 'gpuu' for event cuda_oom in 'group_by' "
+        "(did you mean 'gpu'?)",
+    ]
+
+
+def test_string_number_mismatch_column(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text("probe_status", "dropped > 0 and state == 3")
+    assert text_problems(text) == [
+        "t.yaml:16:36: rule \"r1\": 'state' is a string field; "
+        "it cannot be compared with number 3 (quote it: '3')"
+    ]
+
+
+def test_quoted_expression_column_skips_the_quote(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text("gpu_xid", "\"xid == 'a'\"")
+    assert text_problems(text) == [
+        "t.yaml:16:19: rule \"r1\": 'xid' is a number field; it cannot be compared with string 'a'"
+    ]
+
+
+def test_multiline_expression_points_at_the_value(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text("gpu_xid", "|\n        xid == 1 and\n        nope == 2")
+    assert text_problems(text) == [
+        "t.yaml:16:11: rule \"r1\": unknown field 'nope' for event gpu_xid"
+    ]
+
+
+def test_anchor_refused(fixtures: Path) -> None:
+    path = fixtures / "bad" / "anchor.yaml"
+    assert problems_of(path) == [
+        f"{path}:4:9: YAML anchor '&common' is not allowed: rulebooks use 'lists' and 'macros' for reuse "
+        "(this also rules out alias bombs)"
+    ]
+
+
+def test_alias_refused(fixtures: Path) -> None:
+    path = fixtures / "bad" / "alias-bomb.yaml"
+    assert problems_of(path) == [
+        f"{path}:2:5: YAML alias '*a' is not allowed: rulebooks use 'lists' and 'macros' for reuse "
+        "(this also rules out alias bombs)"
+    ]
+
+
+def test_unsafe_tags_refused(fixtures: Path) -> None:
+    path = fixtures / "bad" / "tag.yaml"
+    assert problems_of(path) == [
+        f"{path}:6:12: YAML tag 'tag:yaml.org,2002:python/object:os.system' is not allowed in a rulebook "
+        "(only plain YAML is)",
+        f"{path}:7:14: YAML tag '!custom' is not allowed in a rulebook (only plain YAML is)",
+    ]
+
+
+def test_syntax_error(fixtures: Path) -> None:
+    path = fixtures / "bad" / "syntax.yaml"
+    assert problems_of(path) == [f"{path}:5:11: YAML syntax error: mapping values are not allowed here"]
+
+
+def test_duplicate_key(fixtures: Path) -> None:
+    path = fixtures / "bad" / "dupkey.yaml"
+    assert problems_of(path) == [f"{path}:3:1: duplicate key 'rulebook' (first at line 1)"]
+
+
+def test_file_over_one_mib_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"#" * (1024 * 1024 + 1))
+    too_big = "file is 1048577 bytes; rulebooks are limited to 1 MiB (1048576 bytes)"
+    assert problems_of(path) == [f"{path}: {too_big}"]
+    assert text_problems("#" * (1024 * 1024 + 1)) == [
+        "t.yaml: file is 1048577 bytes; rulebooks are limited to 1 MiB (1048576 bytes)"
+    ]
+
+
+def test_non_utf8_refused(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"rulebook: x\ndescription: caf\xe9\n")
+    assert problems_of(path) == [f"{path}:2: file is not valid UTF-8 (byte 28: invalid continuation byte)"]
+
+
+def test_structure_problems(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text().replace('version: "1.0.0"', "version: 1").replace("id: r1", "id: R1")
+    assert text_problems(text) == [
+        "t.yaml:2:10: 'version' must be a string, got 1 (quote it)",
+        "t.yaml:10:9: rule \"R1\": name 'R1' must use lowercase letters, digits, '-' and '_', "
+        "starting with a letter or digit",
+    ]
+
+
+def test_form_problems(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text().replace("      if: big_request", "      within: 5m")
+    assert text_problems(text) == [
+        "t.yaml:16:7: rule \"r1\": 'within' does not apply to a single-event trigger"]
+
+
+def test_empty_and_non_mapping() -> None:
+    assert text_problems("") == ["t.yaml:1:1: a rulebook must be a YAML mapping with 'rulebook', 'version', "
+                                 "'slos' and 'rules'"]
+    assert text_problems("- a\n") == text_problems("")
+
+
+def test_requires_checked(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text().replace("slos:", 'requires: ">=99"\nslos:', 1)
+    assert text_problems(text) == ["t.yaml:3:11: this rulebook requires gpuslo >=99, but this is 0.1.0"]
+
+
+def test_template_unknown_variable(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text().replace("{{ event.host }}", "{{ evnt.host }}")
+    assert text_problems(text) == [
+        "t.yaml:17:14: rule \"r1\": summary template uses unknown variable 'evnt' (known: event, group) "
+        "(did you mean 'event'?)"
+    ]
+
+
+def test_directory_duplicates_and_test_files(fixtures: Path) -> None:
+    books, problems = load_directory(fixtures / "dupdir")
+    d = fixtures / "dupdir"
+    assert [b.name for b in books] == ["first"]
+    assert [str(p) for p in problems] == [
+        f"{d}/b.yaml:1:11: duplicate rulebook name 'first' (first defined at {d}/a.yaml:1:11)",
+        f"{d}/b.yaml:6:5: rule \"shared-id\": duplicate rule id 'shared-id' "
+        f"(first defined at {d}/a.yaml:6:5)",
+        f"{d}/c.yml:6:5: rule \"shared-id\": duplicate rule id 'shared-id' "
+        f"(first defined at {d}/a.yaml:6:5)",
+        f"{d}/d.yaml:2:1: YAML syntax error: expected ',' or ']', but got '<stream end>' "
+        "(while parsing a flow sequence)",
+    ]
+
+
+def test_check_paths(fixtures: Path, tmp_path: Path, rulebook_text: Callable[..., str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(rulebook_text())
+    assert check_paths([good]) == ()
+    problems = [str(p) for p in check_paths([tmp_path / "missing.yaml", fixtures / "bad" / "dupkey.yaml"])]
+    assert problems == [
+        f"{tmp_path}/missing.yaml: no such file or directory",
+        f"{fixtures}/bad/dupkey.yaml:3:1: duplicate key 'rulebook' (first at line 1)",
+    ]
+
+
+def test_good_rulebook_builds(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text()
+    book = load_rulebook_text(text, "t.yaml")
+    assert book.source == text and book.name == "mini" and book.rules[0].group_by == ("host",)
+    assert book.rule("r1").location.line == 10
+    assert str(book.rules[0].when.pattern.condition) == "requested_bytes >= 1GiB"
