@@ -1,0 +1,196 @@
+"""SQLAlchemy table models; portable across SQLite and PostgreSQL. Rows never leave the store package."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# At most this many evidence rows per violation: the first EVIDENCE_KEEP_FIRST and the latest rest.
+EVIDENCE_LIMIT = 200
+EVIDENCE_KEEP_FIRST = 20
+
+# Kept in step with gpuslo.engine.violations.STATUSES; a test checks it.
+STATUS_CHECK = "status IN ('open', 'acknowledged', 'resolved')"
+ACTION_CHECK = "action IN ('created', 'folded', 'acknowledged', 'resolved', 'reopened')"
+ACTIVE_WHERE = "status <> 'resolved'"
+LOADED_WHERE = "error IS NULL"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back timezone-aware (SQLite drops tzinfo)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()} given; the store only takes aware times")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class EventRow(Base):
+    """One ingested event; `body` is Event.to_dict(), the rest are copies for filtering."""
+
+    __tablename__ = "events"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    time: Mapped[datetime]
+    host: Mapped[str] = mapped_column(String(253))
+    gpu: Mapped[int | None] = mapped_column(Integer)
+    gpu_uuid: Mapped[str | None] = mapped_column(String(64))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    job: Mapped[str | None] = mapped_column(String(200))
+    rank: Mapped[int | None] = mapped_column(Integer)
+    source: Mapped[str | None] = mapped_column(String(64))
+    body: Mapped[dict[str, Any]]
+    body_hash: Mapped[str] = mapped_column(String(64))
+    received_at: Mapped[datetime]
+    processed_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        Index("ix_events_kind_time", "kind", "time"),
+        Index("ix_events_host_time", "host", "time"),
+        Index("ix_events_gpu", "gpu"),
+        Index("ix_events_processed_at", "processed_at"),
+    )
+
+
+class ViolationRow(Base):
+    """A rule that fired for one group key; later matches fold into it until it is resolved."""
+
+    __tablename__ = "violations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rule_id: Mapped[str] = mapped_column(String(200))
+    rule_title: Mapped[str] = mapped_column(Text)
+    rulebook: Mapped[str] = mapped_column(String(200))
+    rulebook_version: Mapped[str] = mapped_column(String(64))
+    rulebook_hash: Mapped[str] = mapped_column(String(128))
+    slo: Mapped[str] = mapped_column(String(200))
+    slo_objective: Mapped[str] = mapped_column(Text)
+    severity: Mapped[str] = mapped_column(String(32))
+    group_key: Mapped[str] = mapped_column(String(512))
+    group: Mapped[dict[str, Any]]
+    host: Mapped[str | None] = mapped_column(String(253))
+    gpu: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    occurrences: Mapped[int] = mapped_column(Integer)
+    summary: Mapped[str] = mapped_column(Text)
+    remediation: Mapped[str] = mapped_column(Text)
+    runbook: Mapped[str | None] = mapped_column(Text)
+    explanation: Mapped[dict[str, Any]]
+    labels: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (
+        CheckConstraint(STATUS_CHECK, name="status"),
+        Index("ix_violations_rule_id_group_key_status", "rule_id", "group_key", "status"),
+        # At most one unresolved violation per rule and group: concurrent folds cannot split it in two.
+        Index("uq_violations_active_rule_group", "rule_id", "group_key", unique=True,
+              sqlite_where=text(ACTIVE_WHERE), postgresql_where=text(ACTIVE_WHERE)),
+        Index("ix_violations_status_last_seen", "status", "last_seen"),
+        Index("ix_violations_severity", "severity"),
+        Index("ix_violations_host", "host"),
+        Index("ix_violations_slo", "slo"),
+    )
+
+
+class EvidenceRow(Base):
+    """Links a violation to an event that proves it; `position` keeps the order they were added."""
+
+    __tablename__ = "evidence"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    violation_id: Mapped[int] = mapped_column(ForeignKey("violations.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    added_at: Mapped[datetime]
+
+    __table_args__ = (
+        UniqueConstraint("violation_id", "event_id"),
+        Index("ix_evidence_violation_id_position", "violation_id", "position"),
+        Index("ix_evidence_event_id", "event_id"),
+    )
+
+
+class RulebookVersionRow(Base):
+    """A rulebook load, successful or not; identical successful content is one row whose loaded_at moves."""
+
+    __tablename__ = "rulebook_versions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(64))
+    content_hash: Mapped[str] = mapped_column(String(128))
+    path: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    loaded_at: Mapped[datetime]
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("uq_rulebook_versions_name_content_hash", "name", "content_hash", unique=True,
+              sqlite_where=text(LOADED_WHERE), postgresql_where=text(LOADED_WHERE)),
+        Index("ix_rulebook_versions_loaded_at", "loaded_at"),
+    )
+
+
+class HistoryRow(Base):
+    """Append-only log of what happened to a violation and who did it."""
+
+    __tablename__ = "violation_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    violation_id: Mapped[int] = mapped_column(ForeignKey("violations.id", ondelete="CASCADE"))
+    at: Mapped[datetime]
+    action: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(200))
+    detail: Mapped[dict[str, Any]]
+
+    __table_args__ = (
+        CheckConstraint(ACTION_CHECK, name="action"),
+        Index("ix_violation_history_violation_id_at", "violation_id", "at"),
+    )

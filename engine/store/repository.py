@@ -1,0 +1,402 @@
+"""Every read and write of the database, as plain functions taking a Session first.
+
+The caller owns the transaction (Database.session()); these functions never commit. Driver errors come out as
+StoreError naming the function.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy import ColumnElement, Select, delete, func, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from gpuslo.engine.errors import StoreError
+from gpuslo.engine.events import Event, format_time, parse_event
+from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
+from gpuslo.engine.store.db import describe_error
+from gpuslo.engine.store.models import (
+    EVIDENCE_KEEP_FIRST,
+    EVIDENCE_LIMIT,
+    LOADED_WHERE,
+    EventRow,
+    EvidenceRow,
+    HistoryRow,
+    RulebookVersionRow,
+    ViolationRow,
+)
+from gpuslo.engine.store.views import (
+    EventFilter,
+    HistoryEntry,
+    Page,
+    RulebookVersionView,
+    StoredEvent,
+    ViolationDetail,
+    ViolationFilter,
+    ViolationView,
+)
+from gpuslo.engine.violations import Match
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Rows per INSERT or IN (...) list: well under SQLite's and PostgreSQL's bound-parameter limits.
+_CHUNK = 500
+ACTIVE_STATUSES = ("open", "acknowledged")
+ENGINE_ACTOR = "engine"
+
+
+def _operation(function: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except SQLAlchemyError as exc:
+            raise describe_error(function.__name__, exc) from exc
+
+    return wrapper
+
+
+def _chunks(items: Sequence[R], size: int = _CHUNK) -> Iterator[Sequence[R]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _insert(session: Session) -> Any:
+    """The dialect's INSERT construct, which knows ON CONFLICT."""
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+
+
+def _require_aware(moment: datetime, what: str) -> None:
+    if moment.tzinfo is None:
+        raise StoreError(f"{what}: naive datetime {moment.isoformat()}; give a timezone-aware time")
+
+
+def _check_page(operation: str, page: int, page_size: int) -> None:
+    if page < 1 or not 1 <= page_size <= 1000:
+        raise StoreError(f"{operation}: page must be >= 1 and page_size within 1..1000, "
+                         f"got page={page} page_size={page_size}")
+
+
+# ---- events -------------------------------------------------------------------------------------------
+
+
+@_operation
+def store_events(session: Session, events: Sequence[Event], *, now: datetime | None = None) -> list[str]:
+    """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict."""
+    received_at = now or datetime.now(UTC)
+    _require_aware(received_at, "store_events")
+    hashes = [event.body_hash() for event in events]
+    first: dict[str, int] = {}
+    for index, event in enumerate(events):
+        first.setdefault(event.id, index)
+    rows = [_event_values(events[i], hashes[i], received_at) for i in first.values()]
+    table = EventRow.__table__
+    inserted: set[str] = set()
+    for chunk in _chunks(rows):
+        statement = _insert(session)(table).values(list(chunk))
+        statement = statement.on_conflict_do_nothing(index_elements=["id"]).returning(table.c.id)
+        inserted.update(session.scalars(statement))
+    known = {event_id: hashes[first[event_id]] for event_id in inserted}
+    known.update(_stored_hashes(session, [event_id for event_id in first if event_id not in inserted]))
+    statuses = []
+    for index, event in enumerate(events):
+        if event.id in inserted and first[event.id] == index:
+            statuses.append(ACCEPTED)
+        else:
+            statuses.append(DUPLICATE if known.get(event.id) == hashes[index] else CONFLICT)
+    return statuses
+
+
+def _event_values(event: Event, body_hash: str, received_at: datetime) -> dict[str, Any]:
+    return {
+        "id": event.id, "kind": event.kind, "time": event.time, "host": event.host, "gpu": event.gpu,
+        "gpu_uuid": event.gpu_uuid, "pid": event.pid, "job": event.job, "rank": event.rank,
+        "source": event.source, "body": event.to_dict(), "body_hash": body_hash,
+        "received_at": received_at, "processed_at": None,
+    }
+
+
+def _stored_hashes(session: Session, ids: Sequence[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for chunk in _chunks(ids):
+        query = select(EventRow.id, EventRow.body_hash).where(EventRow.id.in_(chunk))
+        found.update(session.execute(query).tuples().all())
+    return found
+
+
+@_operation
+def unprocessed_events(session: Session, limit: int) -> list[Event]:
+    """Events the engine has not evaluated yet, oldest first."""
+    bodies = session.scalars(
+        select(EventRow.body).where(EventRow.processed_at.is_(None)).order_by(EventRow.time, EventRow.id)
+        .limit(limit)
+    )
+    return [parse_event(body) for body in bodies]
+
+
+@_operation
+def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
+    """Record that the engine has evaluated these events."""
+    _require_aware(at, "mark_processed")
+    for chunk in _chunks(list(ids)):
+        session.execute(update(EventRow).where(EventRow.id.in_(chunk)).values(processed_at=at))
+
+
+@_operation
+def list_events(session: Session, filters: EventFilter, *, page: int = 1,
+                page_size: int = 50) -> Page[StoredEvent]:
+    """Events matching the filter, newest first."""
+    _check_page("list_events", page, page_size)
+    conditions: list[ColumnElement[bool]] = []
+    for name in ("kind", "host", "gpu", "job"):
+        value = getattr(filters, name)
+        if value is not None:
+            conditions.append(getattr(EventRow, name) == value)
+    if filters.since is not None:
+        conditions.append(EventRow.time >= filters.since)
+    if filters.until is not None:
+        conditions.append(EventRow.time <= filters.until)
+    query = select(EventRow).where(*conditions).order_by(EventRow.time.desc(), EventRow.id.desc())
+    rows, total = _paged(session, query, conditions, EventRow, page, page_size)
+    items = tuple(StoredEvent(parse_event(r.body), r.received_at, r.processed_at) for r in rows)
+    return Page(items, page, page_size, total, page * page_size < total)
+
+
+def _paged(session: Session, query: Select[Any], conditions: Sequence[ColumnElement[bool]], entity: Any,
+           page: int, page_size: int) -> tuple[list[Any], int]:
+    total = session.scalar(select(func.count()).select_from(entity).where(*conditions)) or 0
+    rows = list(session.scalars(query.offset((page - 1) * page_size).limit(page_size)))
+    return rows, total
+
+
+# ---- violations ---------------------------------------------------------------------------------------
+
+
+@_operation
+def record_match(session: Session, match: Match, *, now: datetime) -> ViolationView:
+    """Fold a match into the unresolved violation of its rule and group key, or open a new one."""
+    _require_aware(now, "record_match: now")
+    _require_aware(match.seen_at, "record_match: match.seen_at")
+    evidence_ids = list(dict.fromkeys(event.id for event in match.explanation.evidence))
+    _require_stored(session, evidence_ids)
+    row = _active_violation(session, match.rule_id, match.group_key)
+    if row is None:
+        row = _try_create(session, match, now)
+        if row is None:  # a concurrent writer created it first: fold into theirs
+            row = _active_violation(session, match.rule_id, match.group_key)
+            if row is None:
+                raise StoreError(f"record_match: {match.rule_id!r} {match.group_key!r}: violation vanished")
+        else:
+            added = _add_evidence(session, row.id, evidence_ids, now)
+            _append_history(session, row.id, now, "created", {"seen_at": format_time(match.seen_at),
+                                                              "evidence": added})
+            return _violation_view(row)
+    _fold(row, match, now)
+    added = _add_evidence(session, row.id, evidence_ids, now)
+    _append_history(session, row.id, now, "folded", {"seen_at": format_time(match.seen_at),
+                                                     "occurrences": row.occurrences, "evidence": added})
+    session.flush()
+    return _violation_view(row)
+
+
+def _require_stored(session: Session, ids: Sequence[str]) -> None:
+    missing = set(ids) - set(_stored_hashes(session, ids))
+    if missing:
+        raise StoreError(f"record_match: evidence events not stored: {', '.join(sorted(missing))}")
+
+
+def _active_violation(session: Session, rule_id: str, group_key: str) -> ViolationRow | None:
+    query = (select(ViolationRow)
+             .where(ViolationRow.rule_id == rule_id, ViolationRow.group_key == group_key,
+                    ViolationRow.status != "resolved")
+             .with_for_update())  # ignored by SQLite, where BEGIN IMMEDIATE already serializes writers
+    return session.scalars(query).one_or_none()
+
+
+def _place(match: Match) -> tuple[str | None, int | None]:
+    """Host and GPU of a match: from the group when it has them, else from the latest evidence event."""
+    latest = max(match.explanation.evidence, key=lambda e: (e.time, e.id), default=None)
+    host = match.group.get("host", latest.host if latest else None)
+    gpu = match.group.get("gpu", latest.gpu if latest else None)
+    return (None if host is None else str(host)), (None if gpu is None else int(gpu))
+
+
+_LATEST_FIELDS = ("rule_title", "rulebook", "rulebook_version", "rulebook_hash", "slo", "slo_objective",
+                  "severity", "summary", "remediation", "runbook")
+
+
+def _latest_fields(match: Match) -> dict[str, Any]:
+    host, gpu = _place(match)
+    fields = {name: getattr(match, name) for name in _LATEST_FIELDS}
+    fields.update(explanation=match.explanation.to_dict(), labels=dict(match.labels), host=host, gpu=gpu)
+    return fields
+
+
+def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow | None:
+    row = ViolationRow(
+        rule_id=match.rule_id, group_key=match.group_key, group=dict(match.group), status="open",
+        first_seen=match.seen_at, last_seen=match.seen_at, occurrences=1, created_at=now, updated_at=now,
+        **_latest_fields(match),
+    )
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        return None
+    return row
+
+
+def _fold(row: ViolationRow, match: Match, now: datetime) -> None:
+    """The latest match's rulebook, text and explanation replace the old ones; the time span widens."""
+    row.occurrences += 1
+    row.first_seen = min(row.first_seen, match.seen_at)
+    row.last_seen = max(row.last_seen, match.seen_at)
+    for name, value in _latest_fields(match).items():
+        setattr(row, name, value)
+    row.updated_at = now
+
+
+def _add_evidence(session: Session, violation_id: int, event_ids: Sequence[str], now: datetime) -> list[str]:
+    """Link events not yet linked; then trim to EVIDENCE_LIMIT rows, keeping the first ones and the latest."""
+    of_violation = EvidenceRow.violation_id == violation_id
+    linked = set(session.scalars(select(EvidenceRow.event_id).where(of_violation)))
+    new_ids = [event_id for event_id in event_ids if event_id not in linked]
+    if not new_ids:
+        return []
+    position = session.scalar(
+        select(func.coalesce(func.max(EvidenceRow.position), 0)).where(of_violation)
+    ) or 0
+    session.add_all(
+        EvidenceRow(violation_id=violation_id, event_id=event_id, position=position + offset, added_at=now)
+        for offset, event_id in enumerate(new_ids, start=1)
+    )
+    session.flush()
+    if len(linked) + len(new_ids) > EVIDENCE_LIMIT:
+        positions = list(session.scalars(
+            select(EvidenceRow.position).where(EvidenceRow.violation_id == violation_id)
+            .order_by(EvidenceRow.position)
+        ))
+        session.execute(delete(EvidenceRow).where(
+            EvidenceRow.violation_id == violation_id,
+            EvidenceRow.position > positions[EVIDENCE_KEEP_FIRST - 1],
+            EvidenceRow.position < positions[-(EVIDENCE_LIMIT - EVIDENCE_KEEP_FIRST)],
+        ))
+    return new_ids
+
+
+def _append_history(session: Session, violation_id: int, at: datetime, action: str, detail: dict[str, Any],
+                    actor: str = ENGINE_ACTOR) -> None:
+    session.add(HistoryRow(violation_id=violation_id, at=at, action=action, actor=actor, detail=detail))
+    session.flush()
+
+
+def _violation_fields(row: ViolationRow) -> dict[str, Any]:
+    return {
+        "id": row.id, "rule_id": row.rule_id, "rule_title": row.rule_title, "rulebook": row.rulebook,
+        "rulebook_version": row.rulebook_version, "rulebook_hash": row.rulebook_hash, "slo": row.slo,
+        "slo_objective": row.slo_objective, "severity": row.severity, "group_key": row.group_key,
+        "group": MappingProxyType(dict(row.group)), "host": row.host, "gpu": row.gpu, "status": row.status,
+        "first_seen": row.first_seen, "last_seen": row.last_seen, "occurrences": row.occurrences,
+        "summary": row.summary, "remediation": row.remediation, "runbook": row.runbook,
+        "explanation": MappingProxyType(dict(row.explanation)), "labels": MappingProxyType(dict(row.labels)),
+        "created_at": row.created_at, "updated_at": row.updated_at,
+    }
+
+
+def _violation_view(row: ViolationRow) -> ViolationView:
+    return ViolationView(**_violation_fields(row))
+
+
+@_operation
+def list_violations(session: Session, filters: ViolationFilter, *, page: int = 1,
+                    page_size: int = 50) -> Page[ViolationView]:
+    """Violations matching the filter, most recently seen first."""
+    _check_page("list_violations", page, page_size)
+    conditions: list[ColumnElement[bool]] = []
+    for name in ("status", "severity", "slo", "rule_id", "host", "gpu"):
+        value = getattr(filters, name)
+        if value is not None:
+            conditions.append(getattr(ViolationRow, name) == value)
+    if filters.since is not None:
+        conditions.append(ViolationRow.last_seen >= filters.since)
+    if filters.until is not None:
+        conditions.append(ViolationRow.last_seen <= filters.until)
+    newest_first = (ViolationRow.last_seen.desc(), ViolationRow.id.desc())
+    query = select(ViolationRow).where(*conditions).order_by(*newest_first)
+    rows, total = _paged(session, query, conditions, ViolationRow, page, page_size)
+    return Page(tuple(_violation_view(r) for r in rows), page, page_size, total, page * page_size < total)
+
+
+@_operation
+def get_violation(session: Session, violation_id: int) -> ViolationDetail | None:
+    """One violation with its evidence events (time order) and its history (oldest first)."""
+    row = session.get(ViolationRow, violation_id)
+    if row is None:
+        return None
+    bodies = session.scalars(
+        select(EventRow.body).join(EvidenceRow, EvidenceRow.event_id == EventRow.id)
+        .where(EvidenceRow.violation_id == violation_id).order_by(EventRow.time, EventRow.id)
+    )
+    history = session.scalars(
+        select(HistoryRow).where(HistoryRow.violation_id == violation_id)
+        .order_by(HistoryRow.at, HistoryRow.id)
+    )
+    return ViolationDetail(
+        **_violation_fields(row),
+        evidence=tuple(parse_event(body) for body in bodies),
+        history=tuple(
+            HistoryEntry(h.id, h.violation_id, h.at, h.action, h.actor, MappingProxyType(dict(h.detail)))
+            for h in history
+        ),
+    )
+
+
+@_operation
+def count_violations_by_rule(session: Session) -> dict[str, int]:
+    """Unresolved (open or acknowledged) violations per rule id."""
+    rows = session.execute(
+        select(ViolationRow.rule_id, func.count()).where(ViolationRow.status.in_(ACTIVE_STATUSES))
+        .group_by(ViolationRow.rule_id)
+    ).tuples().all()
+    return dict(rows)
+
+
+# ---- rulebooks ----------------------------------------------------------------------------------------
+
+
+@_operation
+def record_rulebook_load(session: Session, *, name: str, version: str, content_hash: str, path: str,
+                         source: str, error: str | None, now: datetime) -> None:
+    """Record a load; a successful reload of identical content only moves loaded_at (and path, version)."""
+    _require_aware(now, "record_rulebook_load")
+    table = RulebookVersionRow.__table__
+    values = {"name": name, "version": version, "content_hash": content_hash, "path": path, "source": source,
+              "loaded_at": now, "error": error}
+    statement = _insert(session)(table).values(values)
+    if error is None:
+        statement = statement.on_conflict_do_update(
+            index_elements=["name", "content_hash"], index_where=text(LOADED_WHERE),
+            set_={"loaded_at": now, "path": path, "version": version},
+        )
+    session.execute(statement)
+
+
+@_operation
+def list_rulebook_versions(session: Session, limit: int = 200) -> list[RulebookVersionView]:
+    """Rulebook loads, newest first."""
+    rows = session.scalars(
+        select(RulebookVersionRow).order_by(RulebookVersionRow.loaded_at.desc(), RulebookVersionRow.id.desc())
+        .limit(limit)
+    )
+    return [
+        RulebookVersionView(r.id, r.name, r.version, r.content_hash, r.path, r.source, r.loaded_at, r.error)
+        for r in rows
+    ]
+

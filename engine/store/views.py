@@ -1,0 +1,134 @@
+"""Frozen read models the store hands out, and the filters it takes; ORM rows never leave the store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from gpuslo.engine.events import Event, format_time
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; `total` counts every item matching the filter."""
+
+    items: tuple[T, ...]
+    page: int
+    page_size: int
+    total: int
+    has_next: bool
+
+
+@dataclass(frozen=True)
+class ViolationFilter:
+    """Every field optional; `since`/`until` bound last_seen (inclusive)."""
+
+    status: str | None = None
+    severity: str | None = None
+    slo: str | None = None
+    rule_id: str | None = None
+    host: str | None = None
+    gpu: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Every field optional; `since`/`until` bound the event time (inclusive)."""
+
+    kind: str | None = None
+    host: str | None = None
+    gpu: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    job: str | None = None
+
+
+@dataclass(frozen=True)
+class ViolationView:
+    """A violation as stored; `explanation` is Explanation.to_dict() of the latest match."""
+
+    id: int
+    rule_id: str
+    rule_title: str
+    rulebook: str
+    rulebook_version: str
+    rulebook_hash: str
+    slo: str
+    slo_objective: str
+    severity: str
+    group_key: str
+    group: Mapping[str, Any]
+    host: str | None
+    gpu: int | None
+    status: str
+    first_seen: datetime
+    last_seen: datetime
+    occurrences: int
+    summary: str
+    remediation: str
+    runbook: str | None
+    explanation: Mapping[str, Any]
+    labels: Mapping[str, str]
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, times as RFC 3339 UTC."""
+        out: dict[str, Any] = {}
+        for name in ViolationView.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, datetime):
+                value = format_time(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a violation's audit trail."""
+
+    id: int
+    violation_id: int
+    at: datetime
+    action: str
+    actor: str
+    detail: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ViolationDetail(ViolationView):
+    """A violation with its evidence events (time order) and history (oldest first)."""
+
+    evidence: tuple[Event, ...]
+    history: tuple[HistoryEntry, ...]
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event with when it arrived and when the engine evaluated it (None: not yet)."""
+
+    event: Event
+    received_at: datetime
+    processed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RulebookVersionView:
+    """A rulebook load; `error` is set when the load failed."""
+
+    id: int
+    name: str
+    version: str
+    content_hash: str
+    path: str
+    source: str
+    loaded_at: datetime
+    error: str | None
