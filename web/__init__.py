@@ -1,0 +1,85 @@
+"""The Flask app factory: create_app(settings) reads like a table of contents."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, Response
+
+from gpuslo.engine.config import Settings
+from gpuslo.web.context import EXTENSION
+
+if TYPE_CHECKING:
+    from gpuslo.engine.service import Gpuslo
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
+    """Build the web app on a Gpuslo core; when none is given, open one and close it at exit."""
+    app = Flask(__name__)
+    configure_app(app, settings)
+    configure_logging(app)
+    configure_core(app, settings, core)
+    register_blueprints(app)
+    register_error_handlers(app)
+    register_security_headers(app)
+    return app
+
+
+def configure_app(app: Flask, settings: Settings) -> None:
+    # Werkzeug enforces this on Content-Length and on streamed (chunked) bodies alike.
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["SECRET_KEY"] = settings.secret_key or None
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the documented field order
+
+
+def configure_logging(app: Flask) -> None:
+    """Log through the `gpuslo.web` logger; the process owner decides handlers and level."""
+    app.logger.name = "gpuslo.web"
+    logging.getLogger("gpuslo.web").setLevel(logging.INFO)
+
+
+def configure_core(app: Flask, settings: Settings, core: Gpuslo | None) -> None:
+    if core is None:
+        from gpuslo.engine.service import Gpuslo
+
+        opened = Gpuslo.open(settings)
+        atexit.register(opened.close)
+        core = opened
+    app.extensions[EXTENSION] = core
+
+
+def register_blueprints(app: Flask) -> None:
+    from gpuslo.web.api import api
+    from gpuslo.web.ops import ops
+    from gpuslo.web.ui import ui
+
+    app.register_blueprint(api)
+    app.register_blueprint(ops)
+    app.register_blueprint(ui)
+
+
+def register_error_handlers(app: Flask) -> None:
+    from gpuslo.web.errors import register_error_handlers as register
+
+    register(app)
+
+
+def register_security_headers(app: Flask) -> None:
+    @app.after_request
+    def _headers(response: Response) -> Response:
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+
+def core_of(app: Flask) -> Any:
+    """The core an app was built on (for the CLI and tests)."""
+    return app.extensions[EXTENSION]

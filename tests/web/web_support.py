@@ -1,0 +1,106 @@
+"""Helpers of the web tests: FakeCore (unit tests of request parsing only), seeding, app settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from gpuslo.engine.config import Settings
+from gpuslo.engine.errors import EventError, FieldProblem
+from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
+from gpuslo.engine.store import repository
+from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
+
+
+@dataclass
+class FakeCore:
+    """Validates with the real parse_event and remembers ids and body hashes; stores nothing else."""
+
+    settings: Settings
+    stored: dict[str, str] = field(default_factory=dict)
+    calls: list[list[object]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.database = Database("sqlite:///:memory:")
+        registry = CollectorRegistry()
+        self.metrics = SimpleNamespace(
+            registry=registry,
+            engine_queue_depth=Gauge("gpuslo_engine_queue_depth", "queued events", registry=registry),
+        )
+
+    def ingest(self, items: Sequence[object]) -> IngestReport:
+        self.calls.append(list(items))
+        results = []
+        for index, item in enumerate(items):
+            try:
+                event = parse_event(item)
+            except EventError as exc:
+                item_id = item.get("id") if isinstance(item, dict) else None
+                results.append(IngestResult(index, item_id if isinstance(item_id, str) else None, REJECTED,
+                                            exc.problems))
+                continue
+            known = self.stored.get(event.id)
+            if known is None:
+                self.stored[event.id] = event.body_hash()
+                results.append(IngestResult(index, event.id, ACCEPTED))
+            elif known == event.body_hash():
+                results.append(IngestResult(index, event.id, DUPLICATE))
+            else:
+                problem = FieldProblem("id", "already stored with another body")
+                results.append(IngestResult(index, event.id, CONFLICT, (problem,)))
+        return IngestReport(tuple(results))
+
+    def rulebook_status(self) -> SimpleNamespace:
+        return SimpleNamespace(rulebooks=(), problems=(), loaded_at=datetime(2025, 1, 1, tzinfo=UTC))
+
+    def close(self) -> None:
+        if isinstance(self.database, Database):
+            self.database.dispose()
+
+
+# ---- real apps on Gpuslo ------------------------------------------------------------------------------
+
+RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+SEED_TIME = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def seed_violation(database: Database, events: Sequence[Event], **overrides: Any) -> ViolationView:
+    """Store `events` and one violation explained by them, straight through the repository."""
+    first = events[0]
+    fields: dict[str, Any] = {
+        "rule_id": "frag-high", "rule_title": "Allocator fragmentation is high", "rulebook": "memory",
+        "rulebook_version": "1.2.0", "rulebook_hash": "ab12cd34ef56" * 4, "slo": "serving-availability",
+        "slo_objective": "99.9% of requests succeed over 30d", "severity": "warning",
+        "group_key": f"host={first.host},gpu={first.gpu}", "group": {"host": first.host, "gpu": first.gpu},
+        "summary": f"fragmentation {first.get('fragmentation_ratio')} on {first.host}",
+        "remediation": "Restart the worker.\nThen set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "runbook": "https://runbooks.example/frag",
+        "explanation": Explanation(
+            conditions=(ConditionResult("fragmentation_ratio > 0.65", "fragmentation_ratio",
+                                        first.get("fragmentation_ratio"), True),),
+            evidence=tuple(events),
+            chain=tuple(ChainLink(e.id, e.kind, e.time, f"{e.kind} on {e.host}") for e in events),
+        ),
+        "seen_at": first.time,
+    }
+    fields.update(overrides)
+    with database.session() as session:
+        repository.store_events(session, list(events), now=SEED_TIME)
+        return repository.record_match(session, Match(**fields), now=SEED_TIME)
+
+
+def app_settings(database: Database, rules_dir: Path, **overrides: Any) -> Settings:
+    """Settings of a real app on the test database, with small limits the tests can reach."""
+    values: dict[str, Any] = {"database_url": database.url, "rules_dir": rules_dir,
+                              "max_body_bytes": 64 * 1024, "max_events_per_request": 20, "page_size": 2}
+    values.update(overrides)
+    return Settings(**values)

@@ -1,0 +1,100 @@
+"""The JSON API under /api/v1: ingest events, browse violations, events and rulebooks."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify, request
+
+from gpuslo.engine.events import event_json_schema
+from gpuslo.engine.ingest_types import IngestReport
+from gpuslo.engine.store import repository
+from gpuslo.engine.store.views import RulebookVersionView
+from gpuslo.web import ingest_body
+from gpuslo.web.context import current_core
+from gpuslo.web.errors import RequestError
+from gpuslo.web.filters import event_filter, violation_filter
+from gpuslo.web.serialize import page_json, rulebook_json, stored_event_json, to_json
+
+api = Blueprint("api", __name__, url_prefix="/api/v1")
+
+
+def _read_body(limit: int) -> bytes:
+    """The raw body, refused with 413 by its Content-Length or once more than `limit` bytes arrive."""
+    too_large = RequestError(413, "body_too_large", f"request body is larger than the limit of {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    data = request.stream.read(limit + 1)
+    if len(data) > limit:
+        raise too_large
+    return data
+
+
+@api.post("/events")
+def post_events() -> tuple[Response, int]:
+    """Ingest one event, an array of events or NDJSON; one verdict per item, nothing half-written."""
+    settings = current_core().settings
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise RequestError(415, "unsupported_encoding", f"Content-Encoding {encoding} is not accepted")
+    body_format = ingest_body.check_content_type(request.mimetype, request.mimetype_params.get("charset"))
+    raw = _read_body(settings.max_body_bytes)
+    body = ingest_body.parse_body(raw, body_format, settings.max_events_per_request)
+    items = ingest_body.decodable(body)
+    # Bad NDJSON lines never reach the core; when every line is bad there is nothing to hand over.
+    report = current_core().ingest(items) if items else IngestReport(())
+    results = ingest_body.merge_results(body, report)
+    return jsonify(ingest_body.response_body(results)), ingest_body.response_status(results, body.single)
+
+
+@api.get("/schema/event")
+def event_schema() -> Response:
+    response = jsonify(event_json_schema())
+    response.mimetype = "application/schema+json"
+    return response
+
+
+@api.get("/violations")
+def list_violations() -> Response:
+    filters, paging = violation_filter(request.args, current_core().settings.page_size)
+    with current_core().database.session(readonly=True) as session:
+        page = repository.list_violations(session, filters, page=paging.page, page_size=paging.page_size)
+        return jsonify(page_json(page))
+
+
+@api.get("/violations/<int:violation_id>")
+def get_violation(violation_id: int) -> Response:
+    with current_core().database.session(readonly=True) as session:
+        detail = repository.get_violation(session, violation_id)
+        if detail is None:
+            raise RequestError(404, "not_found", f"no violation with id {violation_id}")
+        return jsonify(to_json(detail))
+
+
+@api.get("/events")
+def list_events() -> Response:
+    filters, paging = event_filter(request.args, current_core().settings.page_size)
+    with current_core().database.session(readonly=True) as session:
+        page = repository.list_events(session, filters, page=paging.page, page_size=paging.page_size)
+        out = page_json(page)
+        out["items"] = [stored_event_json(item) for item in page.items]
+        return jsonify(out)
+
+
+def _version_json(version: RulebookVersionView) -> dict[str, object]:
+    """A stored rulebook version without its source text (which can be large)."""
+    out = to_json(version)
+    out.pop("source", None)
+    return out
+
+
+@api.get("/rulebooks")
+def list_rulebooks() -> Response:
+    status = current_core().rulebook_status()
+    with current_core().database.session(readonly=True) as session:
+        versions = repository.list_rulebook_versions(session)
+        return jsonify({
+            "rulebooks": [rulebook_json(rb) for rb in status.rulebooks],
+            "problems": [str(p) for p in status.problems],
+            "loaded_at": to_json(status.loaded_at),
+            "versions": [_version_json(v) for v in versions],
+        })
+

@@ -1,0 +1,55 @@
+"""Operations endpoints: /healthz for load balancers and /metrics for Prometheus."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from gpuslo.web.context import current_core
+
+log = logging.getLogger(__name__)
+ops = Blueprint("ops", __name__)
+
+
+def _gauge_value(gauge: Any) -> float | None:
+    for family in gauge.collect():
+        for sample in family.samples:
+            return float(sample.value)
+    return None
+
+
+def _database_ok() -> bool:
+    try:
+        with current_core().database.session() as session:
+            session.execute(text("SELECT 1"))
+    except Exception:  # any failure means "unreachable" to a health check
+        log.warning("health check: database unreachable", exc_info=True)
+        return False
+    return True
+
+
+@ops.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    """200 when the database answers, 503 when it does not; always JSON."""
+    core = current_core()
+    status = core.rulebook_status()
+    database_ok = _database_ok()
+    depth = _gauge_value(core.metrics.engine_queue_depth)
+    body = {
+        "status": "ok" if database_ok else "unavailable",
+        "database": "ok" if database_ok else "unreachable",
+        "engine": {"queue_depth": int(depth) if depth is not None else None,
+                   "queue_size": core.settings.engine_queue_size},
+        "rulebooks": len(status.rulebooks),
+        "rulebook_errors": len(status.problems),
+    }
+    return jsonify(body), 200 if database_ok else 503
+
+
+@ops.get("/metrics")
+def metrics() -> Response:
+    return Response(generate_latest(current_core().metrics.registry), content_type=CONTENT_TYPE_LATEST)

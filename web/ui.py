@@ -1,0 +1,106 @@
+"""Server-rendered pages for on-call engineers: violations, one violation's explanation, rulebooks, events."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from flask import Blueprint, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from gpuslo.engine.events import KINDS, format_time
+from gpuslo.engine.rulebook.model import SEVERITIES
+from gpuslo.engine.store import repository
+from gpuslo.engine.violations import STATUSES
+from gpuslo.web.context import current_core
+from gpuslo.web.errors import RequestError
+from gpuslo.web.filters import event_filter, violation_filter
+
+ui = Blueprint("ui", __name__)
+
+
+@ui.app_template_filter("when")
+def when(moment: datetime | str | None) -> str:
+    """A time as `2025-01-31 12:00:00.123456Z` (RFC 3339 with a space, readable in a table)."""
+    if moment is None:
+        return ""
+    if isinstance(moment, str):  # explanation JSON carries ISO strings
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
+    return format_time(moment).replace("T", " ")
+
+
+@ui.app_template_filter("short_hash")
+def short_hash(content_hash: str | None) -> str:
+    return (content_hash or "")[:12]
+
+
+@ui.app_template_filter("link_url")
+def link_url(url: str | None) -> str | None:
+    """The URL when it is http(s) with a host, else None: anything else is shown as text, never a link."""
+    if not url:
+        return None
+    parts = urlsplit(url.strip())
+    return url.strip() if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+@ui.app_template_filter("observed")
+def observed(value: Any) -> str:
+    """An observed value as the rule language would write it (`0.71`, `"cuMemAlloc"`, `null`)."""
+    return json.dumps(value, default=str)
+
+
+@ui.app_template_global()
+def page_url(page: int) -> str:
+    """The current page's URL with only `page` changed; the filters stay."""
+    args = [(k, v) for k, v in request.args.items(multi=True) if k != "page" and v.strip()]
+    return request.path + "?" + urlencode([*args, ("page", str(page))])
+
+
+@ui.app_template_global()
+def choices() -> dict[str, tuple[str, ...]]:
+    return {"status": STATUSES, "severity": SEVERITIES, "kind": KINDS}
+
+
+@ui.get("/")
+def index() -> Response:
+    return redirect(url_for("ui.violations"))
+
+
+@ui.get("/violations")
+def violations() -> str:
+    filters, paging = violation_filter(request.args, current_core().settings.page_size)
+    with current_core().database.session(readonly=True) as session:
+        page = repository.list_violations(session, filters, page=paging.page, page_size=paging.page_size)
+    return render_template("violations.html", page=page, args=request.args)
+
+
+@ui.get("/violations/<int:violation_id>")
+def violation(violation_id: int) -> str:
+    with current_core().database.session(readonly=True) as session:
+        detail = repository.get_violation(session, violation_id)
+    if detail is None:
+        raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
+    return render_template("violation.html", v=detail, explanation=detail.explanation or {})
+
+
+@ui.get("/rulebooks")
+def rulebooks() -> str:
+    status = current_core().rulebook_status()
+    with current_core().database.session(readonly=True) as session:
+        versions = repository.list_rulebook_versions(session)
+    return render_template("rulebooks.html", status=status, versions=versions)
+
+
+@ui.get("/events")
+def events() -> str:
+    filters, paging = event_filter(request.args, current_core().settings.page_size)
+    with current_core().database.session(readonly=True) as session:
+        page = repository.list_events(session, filters, page=paging.page, page_size=paging.page_size)
+    return render_template("events.html", page=page, args=request.args)
+
+
