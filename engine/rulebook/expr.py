@@ -373,65 +373,12 @@ def _fields_of(kind: str) -> list[str]:
     return [*ENVELOPE_FIELDS, *KIND_ATTRS.get(kind, {})]
 
 
-# The engine's matcher is full-match and supports only this subset; everything else is refused by name.
-_ESCAPE_CLASSES = set("dws")
-
-
 def regex_problem(pattern: str) -> str | None:
-    """Why `pattern` is outside the portable regex subset, or None when it is fine."""
+    """Why `pattern` is not a valid Python regex, or None when it compiles (`matches` is re.search)."""
     try:
         re.compile(pattern)
     except re.error as exc:
         return f"does not compile: {exc}"
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if char == "\\":
-            nxt = pattern[i + 1]
-            if not (nxt in _ESCAPE_CLASSES or not nxt.isalnum()):
-                return f"'\\{nxt}' is not supported (only \\d \\w \\s and escaped punctuation)"
-            i += 2
-            continue
-        if char == "[":
-            end = _class_end(pattern, i)
-            inner = pattern[i + 1 : end]
-            for j, c in enumerate(inner[:-1]):
-                nxt = inner[j + 1]
-                if c == "\\" and nxt.isalnum() and nxt not in _ESCAPE_CLASSES:
-                    return f"'\\{nxt}' is not supported inside [...]"
-            i = end + 1
-            continue
-        problem = _construct_problem(pattern, i)
-        if problem:
-            return problem
-        i += 1
-    return None
-
-
-def _class_end(pattern: str, start: int) -> int:
-    """Index of the `]` closing the class opened at `start` (the pattern already compiled)."""
-    j = start + 1
-    if j < len(pattern) and pattern[j] == "^":
-        j += 1
-    if j < len(pattern) and pattern[j] == "]":
-        j += 1
-    while pattern[j] != "]":
-        j += 2 if pattern[j] == "\\" else 1
-    return j
-
-
-def _construct_problem(pattern: str, i: int) -> str | None:
-    char, nxt = pattern[i], pattern[i + 1 : i + 2]
-    if char in "^$":
-        return f"anchor '{char}' is not supported (matches is always a full match)"
-    if char == "{":
-        return "repetition counts '{n}' / '{n,m}' are not supported"
-    if char == "(" and nxt == "?":
-        return "'(?...)' groups (lookarounds, non-capturing, named, flags) are not supported"
-    if char in "*+?" and nxt == "?":
-        return f"non-greedy '{char}?' is not supported"
-    if char in "*+?" and nxt == "+":
-        return f"possessive '{char}+' is not supported"
     return None
 
 
