@@ -1,0 +1,190 @@
+"""Turn a rule match into its explanation: conditions with observed values, evidence, causal chain, summary."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from gpuslo.engine.events import Event, format_time
+from gpuslo.engine.rulebook.compile import negation_normal_form
+from gpuslo.engine.rulebook.model import (
+    And,
+    Compare,
+    Correlation,
+    EventPattern,
+    Exists,
+    Expr,
+    FieldRef,
+    Literal,
+    Not,
+    Or,
+    Rule,
+    Rulebook,
+    SingleEvent,
+)
+from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
+
+log = logging.getLogger(__name__)
+_SYMBOL = {"==": "=", "!=": "≠"}
+_KEY_ATTRS = ("requested_bytes", "free_bytes", "fragmentation_ratio", "gap_ms", "itl_p99_ms", "ttft_ms",
+              "xid", "op", "seq", "error_name", "api", "state")
+
+
+def _holds(op: str, observed: Any, expected: Any) -> bool:
+    """One comparison; a missing field never holds (as in the engine)."""
+    if observed is None:
+        return False
+    try:
+        if op == "==":
+            return bool(observed == expected)
+        if op == "!=":
+            return bool(observed != expected)
+        if op == "<":
+            return bool(observed < expected)
+        if op == "<=":
+            return bool(observed <= expected)
+        if op == ">":
+            return bool(observed > expected)
+        if op == ">=":
+            return bool(observed >= expected)
+        if op == "in":
+            return observed in expected
+        if op == "contains":
+            return str(expected) in str(observed)
+        if op == "matches":
+            return re.search(str(expected), str(observed)) is not None
+    except TypeError:
+        return False
+    raise ValueError(f"unknown operator {op!r}")
+
+
+def text_test(op: str, observed: Any, pattern: str) -> bool:
+    """Evaluate a `contains`/`matches` test (the runtime posts its result to the engine)."""
+    return _holds(op, observed, pattern)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _leaves(expr: Expr, negated: bool = False) -> list[tuple[Compare | Exists, bool]]:
+    if isinstance(expr, And | Or):
+        return [leaf for item in expr.items for leaf in _leaves(item, negated)]
+    if isinstance(expr, Not):
+        return _leaves(expr.item, not negated)
+    return [(expr, negated)]
+
+
+def _resolve(ref: Literal | FieldRef, events: Mapping[str, Event]) -> Any:
+    if isinstance(ref, Literal):
+        return ref.value
+    return events[ref.alias].get(ref.name) if ref.alias in events else None
+
+
+def explain_conditions(pattern: EventPattern, event: Event, events: Mapping[str, Event]) -> list[ConditionResult]:
+    """Each leaf of the pattern's condition with the value the event showed."""
+    results = [ConditionResult(f"kind = {event.kind}", "kind", event.kind, event.kind == pattern.kind)]
+    if pattern.condition is None:
+        return results
+    for leaf, negated in _leaves(negation_normal_form(pattern.condition)):
+        if isinstance(leaf, Exists):
+            observed = event.get(leaf.field.name)
+            holds = (observed is None) if negated else (observed is not None)
+            text = f"{leaf.field} {'is missing' if negated else 'is present'}"
+            results.append(ConditionResult(text, leaf.field.name, observed, holds))
+            continue
+        observed = event.get(leaf.left.name)
+        expected = _resolve(leaf.right, events)
+        # A missing field never holds, negated or not: the engine reads it as None and matches nothing.
+        holds = observed is not None and (_holds(leaf.op, observed, expected) != negated)
+        op = ("not " if negated else "") + _SYMBOL.get(leaf.op, leaf.op)
+        shown = "missing" if observed is None else _show(observed)
+        text = f"{leaf.left.name} = {shown} {op} {leaf.right}"
+        results.append(ConditionResult(text, leaf.left.name, observed, holds))
+    return results
+
+
+def describe_event(event: Event) -> str:
+    """One line about an event for chains and timelines."""
+    where = event.host + (f" GPU {event.gpu}" if event.gpu is not None else "")
+    details = ", ".join(f"{k}={_show(event.attrs[k])}" for k in _KEY_ATTRS if k in event.attrs)
+    return f"{event.kind} on {where} at {format_time(event.time)[11:23]}" + (f" ({details})" if details else "")
+
+
+def causal_chain(events: Sequence[Event]) -> tuple[ChainLink, ...]:
+    """The evidence in event-time order with the delay between links."""
+    links: list[ChainLink] = []
+    previous: datetime | None = None
+    for event in sorted(events, key=lambda e: (e.time, e.id)):
+        delay = (event.time - previous).total_seconds() if previous else None
+        links.append(ChainLink(event.id, event.kind, event.time, describe_event(event), delay))
+        previous = event.time
+    return tuple(links)
+
+
+def group_of(rule: Rule, events: Sequence[Event]) -> dict[str, Any]:
+    """The group_by values, taken from the first evidence event that has them."""
+    keys = rule.group_by or (rule.when.same if isinstance(rule.when, Correlation) else ())
+    group: dict[str, Any] = {}
+    for key in keys:
+        group[key] = next((e.get(key) for e in events if e.get(key) is not None), None)
+    return group
+
+
+def group_key(group: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={'' if v is None else v}" for k, v in group.items()) or "-"
+
+
+class SummaryRenderer:
+    """Renders rule summaries in a Jinja2 sandbox; a failed render falls back to a default sentence."""
+
+    def __init__(self) -> None:
+        self._env = ImmutableSandboxedEnvironment(autoescape=False, finalize=lambda v: "?" if v is None else v)
+
+    def render(self, rule: Rule, event: Event, group: Mapping[str, Any]) -> str:
+        try:
+            text = self._env.from_string(rule.summary).render(event=event.to_dict(), group=dict(group))
+            return " ".join(text.split()) or self.fallback(rule, group)
+        except (TemplateError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+            log.warning("summary of rule %s failed to render (%s); using the default text", rule.id, exc)
+            return self.fallback(rule, group)
+
+    @staticmethod
+    def fallback(rule: Rule, group: Mapping[str, Any]) -> str:
+        return f"{rule.title} ({group_key(group)})"
+
+
+def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], renderer: SummaryRenderer) -> Match:
+    """Assemble the Match for a rule that fired on `events` (alias → event)."""
+    ordered = sorted(events.values(), key=lambda e: (e.time, e.id))
+    patterns = rule.when.patterns if isinstance(rule.when, Correlation) else (rule.when.pattern,)
+    conditions: list[ConditionResult] = []
+    for pattern in patterns:
+        if pattern.alias in events:
+            conditions += explain_conditions(pattern, events[pattern.alias], events)
+    if isinstance(rule.when, Correlation) and len(ordered) > 1:
+        span = (ordered[-1].time - ordered[0].time).total_seconds()
+        conditions.append(ConditionResult(f"span = {span:.3g}s ≤ {rule.when.within_s:g}s", "time", span, True))
+    group = group_of(rule, ordered)
+    slo = rulebook.slos.get(rule.slo)
+    summary_event = events.get("m") or ordered[-1]
+    return Match(
+        rule_id=rule.id, rule_title=rule.title, rulebook=rulebook.name, rulebook_version=rulebook.version,
+        rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
+        severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
+        summary=renderer.render(rule, summary_event, group), remediation=rule.remediation,
+        runbook=rule.runbook, explanation=Explanation(tuple(conditions), tuple(ordered), causal_chain(ordered)),
+        seen_at=ordered[-1].time, labels=rule.labels,
+    )
+
+
+__all__ = ["SingleEvent", "SummaryRenderer", "build_match", "causal_chain", "describe_event", "text_test"]

@@ -1,0 +1,31 @@
+"""Prometheus metrics of one gpuslo core, in a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    """Counters the core updates and /metrics exposes."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.events_accepted = Counter(
+            "gpuslo_events_accepted", "Events accepted by ingest, by kind.", ["kind"], registry=self.registry)
+        self.events_rejected = Counter(
+            "gpuslo_events_rejected", "Events refused by ingest, by kind and reason.", ["kind", "reason"],
+            registry=self.registry)
+        self.violations = Counter(
+            "gpuslo_rule_matches", "Rule matches recorded as violations, by rule.", ["rule"], registry=self.registry)
+        self.engine_queue_depth = Gauge(
+            "gpuslo_engine_queue_depth", "Events waiting for the rules engine.", registry=self.registry)
+        self.engine_post_seconds = Histogram(
+            "gpuslo_engine_post_seconds", "Time to evaluate one event against every rulebook.",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
+            registry=self.registry)
+        self.engine_errors = Counter(
+            "gpuslo_engine_errors", "Engine failures by kind (observed-id collisions, action errors, ...).",
+            ["reason"], registry=self.registry)
+        self.late_events = Counter(
+            "gpuslo_late_events", "Events older than the allowed lateness when they reached the engine.",
+            registry=self.registry)

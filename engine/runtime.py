@@ -1,0 +1,329 @@
+"""The rules engine: one durable_rules host, fed from one thread through a bounded queue.
+
+The only module that imports durable_rules. Events become facts with ids this module owns, so every matching
+rule fires (an event would be consumed by the first). Facts of single-event rulesets are retracted at once;
+facts that windowed rules may still join are retracted when their window and the allowed lateness have passed,
+so the engine's memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from durable import engine as durable_engine
+
+from gpuslo.engine.errors import EngineError
+from gpuslo.engine.events import Event
+from gpuslo.engine.explain import SummaryRenderer, build_match, text_test
+from gpuslo.engine.metrics import Metrics
+from gpuslo.engine.rulebook.compile import CompiledRulebook, compile_rulebook, fact_key
+from gpuslo.engine.rulebook.model import Correlation, Count, Rule, Rulebook
+from gpuslo.engine.violations import Match
+
+log = logging.getLogger(__name__)
+_SID = "0"
+_BATCH = 500
+_RECENT = 100_000
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One evaluated batch: the events (in evaluation order) and the matches they produced."""
+
+    events: tuple[Event, ...]
+    matches: tuple[Match, ...]
+
+
+class _Host(durable_engine.Host):  # type: ignore[misc]
+    """A durable_rules host whose actions are bound by name from a table the runtime fills."""
+
+    def __init__(self) -> None:
+        self.actions: dict[str, Callable[[Any], None]] = {}
+        super().__init__()
+
+    def get_action(self, action_name: str) -> Callable[[Any], None]:
+        return self.actions[action_name]
+
+
+class RuleEvaluator:
+    """Evaluates events against compiled rulebooks on the caller's thread (the engine thread, or a backtest)."""
+
+    def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None):
+        self._host = _Host()
+        self._active: tuple[CompiledRulebook, ...] = ()
+        self._fired: list[tuple[str, dict[str, str]]] = []
+        self._facts: dict[str, Event] = {}
+        self._expiry: list[tuple[float, str, str, dict[str, Any]]] = []
+        self._counts: dict[tuple[str, str], deque[Event]] = defaultdict(deque)
+        self._ids = itertools.count()
+        self._generation = itertools.count()
+        self._watermark = 0.0
+        self._lateness = lateness_s
+        self._metrics = metrics or Metrics()
+        self._renderer = SummaryRenderer()
+        self._lock = threading.RLock()
+
+    @property
+    def rulebooks(self) -> tuple[Rulebook, ...]:
+        return tuple(c.rulebook for c in self._active)
+
+    def load(self, rulebooks: Sequence[Rulebook]) -> None:
+        """Compile and register the rulebooks, then swap them in; on failure the old ones keep running."""
+        compiled = []
+        for rulebook in rulebooks:
+            unit = compile_rulebook(rulebook, ruleset=f"{rulebook.name}@{rulebook.content_hash[:12]}"
+                                    f"#{next(self._generation)}")
+            for action, rule in unit.rules.items():
+                self._host.actions[action] = self._action(action, rule)
+            try:
+                self._host.set_rulesets({unit.ruleset: unit.definition_dict()})
+            except Exception as exc:  # durable raises bare Exception subclasses with error codes only
+                message = f"rulebook {rulebook.name!r}: the engine refused the compiled ruleset: {exc}"
+                raise EngineError(message) from exc
+            compiled.append(unit)
+        with self._lock:
+            self._active = tuple(compiled)
+
+    def _action(self, action: str, rule: Rule) -> Callable[[Any], None]:
+        aliases = [p.alias for p in rule.when.patterns] if isinstance(rule.when, Correlation) else ["m"]
+
+        def fire(closure: Any) -> None:
+            try:
+                self._fired.append((action, {alias: getattr(closure, alias).id for alias in aliases}))
+            except Exception:  # an exception here would vanish into the engine's state
+                log.exception("action for %s failed", action)
+                self._metrics.engine_errors.labels("action").inc()
+
+        return fire
+
+    def _fact(self, event: Event, unit: CompiledRulebook) -> dict[str, Any]:
+        fact: dict[str, Any] = {"id": f"f{next(self._ids)}", "sid": _SID, "kind": event.kind, "ts": event.timestamp}
+        for key in unit.keys:
+            if key in fact:
+                continue
+            value = event.get(key.replace("__", "."))
+            if value is not None:
+                fact[key] = value
+        for test in unit.text_tests:
+            fact[test.key] = 1 if text_test(test.op, event.get(test.field), test.pattern) else 0
+        return fact
+
+    def _assert(self, unit: CompiledRulebook, fact: dict[str, Any]) -> None:
+        for _attempt in range(3):
+            try:
+                self._host.assert_fact(unit.ruleset, fact)
+                return
+            except durable_engine.MessageNotHandledException:
+                return
+            except durable_engine.MessageObservedException:
+                # 32-bit id hash collision with a pending fact: re-key and count it, never drop silently.
+                self._metrics.engine_errors.labels("observed_collision").inc()
+                fact["id"] = f"f{next(self._ids)}"
+        raise EngineError(f"event could not be asserted after re-keying: {fact.get('kind')}")
+
+    def evaluate(self, events: Sequence[Event]) -> list[Match]:
+        """Run the events through every rulebook in order; return the matches."""
+        matches: list[Match] = []
+        with self._lock:
+            for event in events:
+                started = time.perf_counter()
+                matches += self._evaluate_one(event)
+                self._metrics.engine_post_seconds.observe(time.perf_counter() - started)
+            self._expire()
+        return matches
+
+    def _evaluate_one(self, event: Event) -> list[Match]:
+        if event.timestamp < self._watermark - self._lateness:
+            self._metrics.late_events.inc()
+        self._watermark = max(self._watermark, event.timestamp)
+        matches: list[Match] = []
+        for unit in self._active:
+            if event.kind not in unit.kinds:
+                continue
+            fact = self._fact(event, unit)
+            self._facts[fact["id"]] = event
+            self._fired.clear()
+            self._assert(unit, fact)
+            fired, self._fired = self._fired, []
+            for action, fact_ids in fired:
+                match = self._on_fire(unit, unit.rules[action], fact_ids)
+                if match is not None:
+                    matches.append(match)
+            if unit.max_window_s > 0:
+                deadline = event.timestamp + unit.max_window_s + self._lateness
+                heapq.heappush(self._expiry, (deadline, fact["id"], unit.ruleset, fact))
+            else:
+                self._retract(unit.ruleset, fact)
+        return matches
+
+    def _on_fire(self, unit: CompiledRulebook, rule: Rule, fact_ids: Mapping[str, str]) -> Match | None:
+        events = {alias: self._facts[fid] for alias, fid in fact_ids.items() if fid in self._facts}
+        if len(events) != len(fact_ids):
+            return None
+        when = rule.when
+        if isinstance(when, Correlation) and not _within(when, events):
+            return None
+        if isinstance(when, Count):
+            event = events["m"]
+            key = (unit.ruleset + "|" + rule.id, "|".join(str(event.get(k)) for k in when.same))
+            window = self._counts[key]
+            window.append(event)
+            while window and event.timestamp - window[0].timestamp > when.within_s:
+                window.popleft()
+            if len(window) < when.count:
+                return None
+            evidence = {f"m{i}" if i else "m": e for i, e in enumerate(reversed(window))}
+            window.clear()
+            return build_match(unit.rulebook, rule, evidence, self._renderer)
+        return build_match(unit.rulebook, rule, events, self._renderer)
+
+    def _retract(self, ruleset: str, fact: dict[str, Any]) -> None:
+        self._facts.pop(fact["id"], None)
+        try:
+            self._host.retract_fact(ruleset, fact)
+        except durable_engine.MessageNotHandledException:
+            pass
+
+    def _expire(self) -> None:
+        while self._expiry and self._expiry[0][0] < self._watermark:
+            _deadline, _fid, ruleset, fact = heapq.heappop(self._expiry)
+            self._retract(ruleset, fact)
+
+    def pending_facts(self) -> int:
+        """Facts still held for windows (for tests and the memory benchmark)."""
+        return len(self._facts)
+
+
+def _within(when: Correlation, events: Mapping[str, Event]) -> bool:
+    """The exact window and order check (the engine's join is on whole numbers of seconds' arithmetic)."""
+    times = [events[p.alias].timestamp for p in when.patterns]
+    if max(times) - min(times) > when.within_s:
+        return False
+    return not when.ordered or all(a <= b for a, b in itertools.pairwise(times))
+
+
+class Runtime:
+    """Owns the engine thread; events arrive through a bounded queue and results go to `sink`."""
+
+    def __init__(self, *, sink: Callable[[EngineResult], None], queue_size: int, metrics: Metrics,
+                 refill: Callable[[], Sequence[Event]] | None = None, lateness_s: float = 60.0):
+        self.evaluator = RuleEvaluator(lateness_s=lateness_s, metrics=metrics)
+        self._sink = sink
+        self._refill = refill
+        self._metrics = metrics
+        self._queue: queue.Queue[Event] = queue.Queue(maxsize=queue_size)
+        self._queued: set[str] = set()
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._backlog = refill is not None
+        self._lock = threading.RLock()
+        self._busy = threading.Event()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuslo-engine", daemon=True)
+
+    def load(self, rulebooks: Sequence[Rulebook]) -> None:
+        self.evaluator.load(rulebooks)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, events: Sequence[Event]) -> int:
+        """Queue events; those that do not fit stay in the database and are read back later. Returns queued."""
+        queued = 0
+        with self._lock:
+            for event in events:
+                if event.id in self._queued or event.id in self._recent:
+                    continue
+                try:
+                    self._queue.put_nowait(event)
+                except queue.Full:
+                    self._backlog = self._refill is not None
+                    break
+                self._queued.add(event.id)
+                queued += 1
+            self._metrics.engine_queue_depth.set(self._queue.qsize())
+        self._wake.set()
+        return queued
+
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """True once the queue is empty, no backlog is left and no batch is being evaluated."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                idle = self._queue.empty() and not self._backlog and not self._busy.is_set()
+            if idle:
+                return True
+            time.sleep(0.005)
+        return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _take_batch(self) -> list[Event]:
+        batch: list[Event] = []
+        with self._lock:
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if batch:
+                self._busy.set()
+            elif self._backlog and self._refill is not None:
+                self._backlog = False
+                self._busy.set()
+                backlog = self._refill()
+                self._busy.clear()
+                self.submit(backlog)
+                if len(backlog) >= _BATCH:
+                    self._backlog = True
+        return batch
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._take_batch()
+            if not batch:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                fresh = [e for e in batch if e.id not in self._recent]
+                matches = self.evaluator.evaluate(fresh)
+                self._sink(EngineResult(tuple(fresh), tuple(matches)))
+                self._remember(e.id for e in fresh)
+            except Exception:
+                # The events stay unprocessed in the database; a later refill retries them.
+                log.exception("engine batch failed; its events will be retried from the database")
+                self._metrics.engine_errors.labels("batch").inc()
+                with self._lock:
+                    self._backlog = self._refill is not None
+                self._stop.wait(1.0)
+            finally:
+                with self._lock:
+                    self._queued.difference_update(e.id for e in batch)
+                    self._metrics.engine_queue_depth.set(self._queue.qsize())
+                    self._busy.clear()
+
+    def _remember(self, ids: Any) -> None:
+        for event_id in ids:
+            self._recent[event_id] = None
+        while len(self._recent) > _RECENT:
+            self._recent.popitem(last=False)
+
+
+__all__ = ["EngineResult", "Runtime", "RuleEvaluator", "fact_key"]
