@@ -110,8 +110,9 @@ def test_violation_explanation_in_chromium(server) -> None:
             page.wait_for_url(f"{base}/violations/{violation['id']}")
             assert page.locator("#violation-title").inner_text() == violation["rule_title"]
             explanation = page.locator("#explanation")
-            condition = explanation.locator("tr.condition").first
-            assert "fragmentation_ratio" in condition.inner_text()
+            assert "kind = mem_fragmentation" in explanation.locator("tr.condition").first.inner_text()
+            condition = explanation.locator("tr.condition", has_text="fragmentation_ratio")
+            assert condition.count() == 1
             assert condition.locator("td.observed").inner_text() == "0.71"
             assert "holds" in condition.locator("td.mark").inner_text()
             evidence = page.locator("#evidence")
