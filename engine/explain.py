@@ -90,6 +90,28 @@ def _resolve(ref: Literal | FieldRef, events: Mapping[str, Event]) -> Any:
     return events[ref.alias].get(ref.name) if ref.alias in events else None
 
 
+def _leaf_holds(leaf: Compare | Exists, negated: bool, event: Event, events: Mapping[str, Event]) -> bool:
+    if isinstance(leaf, Exists):
+        return (event.get(leaf.field.name) is None) == negated
+    observed = event.get(leaf.left.name)
+    # A missing field never holds, negated or not: the engine reads it as None and matches nothing.
+    return observed is not None and (_holds(leaf.op, observed, _resolve(leaf.right, events)) != negated)
+
+
+def condition_holds(expr: Expr, event: Event, events: Mapping[str, Event]) -> bool:
+    """The whole condition on one event, with the engine's semantics (used to check the compiled form)."""
+    def walk(node: Expr) -> bool:
+        if isinstance(node, And):
+            return all(walk(i) for i in node.items)
+        if isinstance(node, Or):
+            return any(walk(i) for i in node.items)
+        if isinstance(node, Not):
+            return _leaf_holds(node.item, True, event, events)  # type: ignore[arg-type]
+        return _leaf_holds(node, False, event, events)
+
+    return walk(negation_normal_form(expr))
+
+
 def explain_conditions(pattern: EventPattern, event: Event, events: Mapping[str, Event]) -> list[ConditionResult]:
     """Each leaf of the pattern's condition with the value the event showed."""
     results = [ConditionResult(f"kind = {event.kind}", "kind", event.kind, event.kind == pattern.kind)]
@@ -98,14 +120,12 @@ def explain_conditions(pattern: EventPattern, event: Event, events: Mapping[str,
     for leaf, negated in _leaves(negation_normal_form(pattern.condition)):
         if isinstance(leaf, Exists):
             observed = event.get(leaf.field.name)
-            holds = (observed is None) if negated else (observed is not None)
+            holds = _leaf_holds(leaf, negated, event, events)
             text = f"{leaf.field} {'is missing' if negated else 'is present'}"
             results.append(ConditionResult(text, leaf.field.name, observed, holds))
             continue
         observed = event.get(leaf.left.name)
-        expected = _resolve(leaf.right, events)
-        # A missing field never holds, negated or not: the engine reads it as None and matches nothing.
-        holds = observed is not None and (_holds(leaf.op, observed, expected) != negated)
+        holds = _leaf_holds(leaf, negated, event, events)
         op = ("not " if negated else "") + _SYMBOL.get(leaf.op, leaf.op)
         shown = "missing" if observed is None else _show(observed)
         text = f"{leaf.left.name} = {shown} {op} {leaf.right}"

@@ -8,14 +8,14 @@ so the engine's memory stays bounded.
 
 from __future__ import annotations
 
-import heapq
+import functools
 import itertools
 import logging
 import queue
 import threading
 import time
-from collections import OrderedDict, defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +25,19 @@ from gpuslo.engine.errors import EngineError
 from gpuslo.engine.events import Event
 from gpuslo.engine.explain import SummaryRenderer, build_match, text_test
 from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.rulebook.compile import CompiledRulebook, compile_rulebook, fact_key
-from gpuslo.engine.rulebook.model import Correlation, Count, Rule, Rulebook
+from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
+from gpuslo.engine.rulebook.model import Count, Rulebook, SingleEvent
 from gpuslo.engine.violations import Match
+from gpuslo.engine.windows import Windows
 
 log = logging.getLogger(__name__)
 _SID = "0"
 _BATCH = 500
 _RECENT = 100_000
+# Ruleset names must be unique in the process, not only per host: durable_rules' C core crashed when two hosts
+# registered the same name (seen in tests/engine/test_windows.py). Read-only use: it only hands out numbers.
+_RULESET_SERIAL = itertools.count()
+_FACT_SERIAL = itertools.count()  # fact ids unique in the process too (same reason)
 
 
 @dataclass(frozen=True)
@@ -53,19 +58,33 @@ class _Host(durable_engine.Host):  # type: ignore[misc]
     def get_action(self, action_name: str) -> Callable[[Any], None]:
         return self.actions[action_name]
 
+    def _run(self) -> None:
+        """Start no background dispatcher threads.
+
+        durable_rules' host re-arms two timer threads forever that dispatch queued actions and timers into
+        every ruleset while the engine thread asserts facts; that interleaving crashed the C core (a
+        deterministic SIGSEGV in tests/engine). Facts run their actions inline, and gpuslo keeps time itself.
+        """
+
+
+@functools.cache
+def _shared_host() -> _Host:
+    """The process's one durable_rules host (ruleset names are unique, so evaluators never collide).
+
+    Several hosts in one process crashed the C core deterministically (tests/engine: a second host's
+    assert_fact segfaulted after a first host had asserted and retracted facts), so there is exactly one.
+    """
+    return _Host()
+
 
 class RuleEvaluator:
     """Evaluates events against compiled rulebooks on the caller's thread (the engine thread, or a backtest)."""
 
     def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None):
-        self._host = _Host()
+        self._host = _shared_host()
         self._active: tuple[CompiledRulebook, ...] = ()
-        self._fired: list[tuple[str, dict[str, str]]] = []
-        self._facts: dict[str, Event] = {}
-        self._expiry: list[tuple[float, str, str, dict[str, Any]]] = []
-        self._counts: dict[tuple[str, str], deque[Event]] = defaultdict(deque)
-        self._ids = itertools.count()
-        self._generation = itertools.count()
+        self._fired: list[str] = []
+        self._windows = Windows(lateness_s)
         self._watermark = 0.0
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
@@ -80,10 +99,10 @@ class RuleEvaluator:
         """Compile and register the rulebooks, then swap them in; on failure the old ones keep running."""
         compiled = []
         for rulebook in rulebooks:
-            unit = compile_rulebook(rulebook, ruleset=f"{rulebook.name}@{rulebook.content_hash[:12]}"
-                                    f"#{next(self._generation)}")
-            for action, rule in unit.rules.items():
-                self._host.actions[action] = self._action(action, rule)
+            name = f"{rulebook.name}@{rulebook.content_hash[:12]}#{next(_RULESET_SERIAL)}"
+            unit = compile_rulebook(rulebook, ruleset=name)
+            for action in unit.actions:
+                self._host.actions[action] = self._action(action)
             try:
                 self._host.set_rulesets({unit.ruleset: unit.definition_dict()})
             except Exception as exc:  # durable raises bare Exception subclasses with error codes only
@@ -93,20 +112,14 @@ class RuleEvaluator:
         with self._lock:
             self._active = tuple(compiled)
 
-    def _action(self, action: str, rule: Rule) -> Callable[[Any], None]:
-        aliases = [p.alias for p in rule.when.patterns] if isinstance(rule.when, Correlation) else ["m"]
-
-        def fire(closure: Any) -> None:
-            try:
-                self._fired.append((action, {alias: getattr(closure, alias).id for alias in aliases}))
-            except Exception:  # an exception here would vanish into the engine's state
-                log.exception("action for %s failed", action)
-                self._metrics.engine_errors.labels("action").inc()
+    def _action(self, action: str) -> Callable[[Any], None]:
+        def fire(_closure: Any) -> None:
+            self._fired.append(action)  # nothing here may raise: the engine would swallow it
 
         return fire
 
     def _fact(self, event: Event, unit: CompiledRulebook) -> dict[str, Any]:
-        fact: dict[str, Any] = {"id": f"f{next(self._ids)}", "sid": _SID, "kind": event.kind, "ts": event.timestamp}
+        fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": event.timestamp}
         for key in unit.keys:
             if key in fact:
                 continue
@@ -114,7 +127,9 @@ class RuleEvaluator:
             if value is not None:
                 fact[key] = value
         for test in unit.text_tests:
-            fact[test.key] = 1 if text_test(test.op, event.get(test.field), test.pattern) else 0
+            observed = event.get(test.field)
+            if observed is not None:  # absent stays absent, so neither the test nor its negation holds
+                fact[test.key] = 1 if text_test(test.op, observed, test.pattern) else 0
         return fact
 
     def _assert(self, unit: CompiledRulebook, fact: dict[str, Any]) -> None:
@@ -127,7 +142,7 @@ class RuleEvaluator:
             except durable_engine.MessageObservedException:
                 # 32-bit id hash collision with a pending fact: re-key and count it, never drop silently.
                 self._metrics.engine_errors.labels("observed_collision").inc()
-                fact["id"] = f"f{next(self._ids)}"
+                fact["id"] = f"f{next(_FACT_SERIAL)}"
         raise EngineError(f"event could not be asserted after re-keying: {fact.get('kind')}")
 
     def evaluate(self, events: Sequence[Event]) -> list[Match]:
@@ -150,65 +165,41 @@ class RuleEvaluator:
             if event.kind not in unit.kinds:
                 continue
             fact = self._fact(event, unit)
-            self._facts[fact["id"]] = event
             self._fired.clear()
             self._assert(unit, fact)
             fired, self._fired = self._fired, []
-            for action, fact_ids in fired:
-                match = self._on_fire(unit, unit.rules[action], fact_ids)
+            self._retract(unit.ruleset, fact)
+            for action in fired:
+                match = self._on_fire(unit, unit.actions[action], event)
                 if match is not None:
                     matches.append(match)
-            if unit.max_window_s > 0:
-                deadline = event.timestamp + unit.max_window_s + self._lateness
-                heapq.heappush(self._expiry, (deadline, fact["id"], unit.ruleset, fact))
-            else:
-                self._retract(unit.ruleset, fact)
         return matches
 
-    def _on_fire(self, unit: CompiledRulebook, rule: Rule, fact_ids: Mapping[str, str]) -> Match | None:
-        events = {alias: self._facts[fid] for alias, fid in fact_ids.items() if fid in self._facts}
-        if len(events) != len(fact_ids):
-            return None
-        when = rule.when
-        if isinstance(when, Correlation) and not _within(when, events):
-            return None
+    def _on_fire(self, unit: CompiledRulebook, action: RuleAction, event: Event) -> Match | None:
+        rule, when, scope = action.rule, action.rule.when, f"{unit.ruleset}|{action.rule.id}"
+        if isinstance(when, SingleEvent):
+            return build_match(unit.rulebook, rule, {"m": event}, self._renderer)
         if isinstance(when, Count):
-            event = events["m"]
-            key = (unit.ruleset + "|" + rule.id, "|".join(str(event.get(k)) for k in when.same))
-            window = self._counts[key]
-            window.append(event)
-            while window and event.timestamp - window[0].timestamp > when.within_s:
-                window.popleft()
-            if len(window) < when.count:
+            counted = self._windows.count(scope, rule, event)
+            if counted is None:
                 return None
-            evidence = {f"m{i}" if i else "m": e for i, e in enumerate(reversed(window))}
-            window.clear()
+            evidence = {"m" if i == len(counted) - 1 else f"m{i}": e for i, e in enumerate(counted)}
             return build_match(unit.rulebook, rule, evidence, self._renderer)
-        return build_match(unit.rulebook, rule, events, self._renderer)
+        found = self._windows.correlate(scope, rule, action.alias, event)
+        return None if found is None else build_match(unit.rulebook, rule, found, self._renderer)
 
     def _retract(self, ruleset: str, fact: dict[str, Any]) -> None:
-        self._facts.pop(fact["id"], None)
         try:
             self._host.retract_fact(ruleset, fact)
         except durable_engine.MessageNotHandledException:
             pass
 
     def _expire(self) -> None:
-        while self._expiry and self._expiry[0][0] < self._watermark:
-            _deadline, _fid, ruleset, fact = heapq.heappop(self._expiry)
-            self._retract(ruleset, fact)
+        self._windows.expire(self._watermark)
 
     def pending_facts(self) -> int:
-        """Facts still held for windows (for tests and the memory benchmark)."""
-        return len(self._facts)
-
-
-def _within(when: Correlation, events: Mapping[str, Event]) -> bool:
-    """The exact window and order check (the engine's join is on whole numbers of seconds' arithmetic)."""
-    times = [events[p.alias].timestamp for p in when.patterns]
-    if max(times) - min(times) > when.within_s:
-        return False
-    return not when.ordered or all(a <= b for a, b in itertools.pairwise(times))
+        """Events still held for windows (for tests and the memory benchmark)."""
+        return self._windows.held()
 
 
 class Runtime:

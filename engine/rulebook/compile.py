@@ -17,7 +17,6 @@ from gpuslo.engine.rulebook.model import (
     And,
     Compare,
     Correlation,
-    Count,
     EventPattern,
     Exists,
     Expr,
@@ -46,17 +45,25 @@ class TextTest:
 
 
 @dataclass(frozen=True)
+class RuleAction:
+    """What an engine action stands for: a rule, and which of its patterns matched."""
+
+    rule: Rule
+    alias: str
+
+
+@dataclass(frozen=True)
 class CompiledRulebook:
     """A rulebook ready for the engine: the ruleset definition and what the runtime must post."""
 
     ruleset: str
-    definition: str  # JSON text of {rule_name: {...}}; action names are "<ruleset>|<rule id>"
+    definition: str  # JSON text of {rule_name: {...}}; action names are "<ruleset>|<rule id>|<pattern alias>"
     rulebook: Rulebook
     kinds: frozenset[str]
     keys: frozenset[str]
     text_tests: tuple[TextTest, ...]
     max_window_s: float
-    rules: Mapping[str, Rule] = field(default_factory=lambda: MappingProxyType({}))
+    actions: Mapping[str, RuleAction] = field(default_factory=lambda: MappingProxyType({}))
 
     def definition_dict(self) -> dict[str, Any]:
         """A fresh copy of the definition (durable_rules mutates what it is given)."""
@@ -87,6 +94,7 @@ class _Compiler:
         self.name = name
         self.keys: set[str] = {"kind", "ts"}
         self.text_tests: dict[tuple[str, str, str], TextTest] = {}
+        self.actions: dict[str, RuleAction] = {}
 
     def text_key(self, compare: Compare) -> str:
         pattern = str(compare.right.value) if isinstance(compare.right, Literal) else ""
@@ -137,35 +145,22 @@ class _Compiler:
             terms.append(self.expression(negation_normal_form(pattern.condition)))
         return {pattern.alias: {"$and": terms + extra}}
 
-    def correlation(self, when: Correlation) -> list[dict[str, Any]]:
-        first = when.patterns[0].alias
-        for key in when.same:
-            self.keys.add(fact_key(key))
-        out = [self.pattern(when.patterns[0], [])]
-        previous = first
-        for pattern in when.patterns[1:]:
-            joins: list[dict[str, Any]] = [{fact_key(k): {first: fact_key(k)}} for k in when.same]
-            joins.append({"$lte": {"ts": {"$add": {"$l": {first: "ts"}, "$r": when.within_s}}}})
-            joins.append({"$gte": {"ts": {"$sub": {"$l": {first: "ts"}, "$r": when.within_s}}}})
-            if when.ordered:
-                joins.append({"$gte": {"ts": {previous: "ts"}}})
-            out.append(self.pattern(pattern, joins))
-            previous = pattern.alias
-        return out
+    def rule(self, rule: Rule) -> dict[str, dict[str, Any]]:
+        """One engine rule per event pattern; the runtime joins correlations and counts in time windows.
 
-    def rule(self, rule: Rule) -> dict[str, Any]:
-        action = f"{self.name}|{rule.id}"
-        when = rule.when
-        for key in rule.group_by:
+        durable_rules' own joins crashed its C core (SIGSEGV in reduceExpressionSequence when a join tested
+        a field of an earlier pattern, tests/engine/test_durable_edges.py), so the engine only matches single
+        facts here, which it does reliably, and the runtime keeps the windows, where they are also bounded.
+        """
+        for key in (*rule.group_by, *getattr(rule.when, "same", ())):
             self.keys.add(fact_key(key))
-        if isinstance(when, SingleEvent):
-            return {"all": [self.pattern(when.pattern, [])], "run": action}
-        if isinstance(when, Correlation):
-            return {"all": self.correlation(when), "run": action}
-        assert isinstance(when, Count)
-        for key in when.same:
-            self.keys.add(fact_key(key))
-        return {"all": [self.pattern(when.pattern, [])], "run": action}
+        patterns = rule.when.patterns if isinstance(rule.when, Correlation) else (rule.when.pattern,)
+        out = {}
+        for pattern in patterns:
+            action = f"{self.name}|{rule.id}|{pattern.alias}"
+            self.actions[action] = RuleAction(rule, pattern.alias)
+            out[f"r_{rule.id}__{pattern.alias}"] = {"all": [self.pattern(pattern, [])], "run": action}
+        return out
 
 
 def _kinds(rule: Rule) -> set[str]:
@@ -183,7 +178,7 @@ def compile_rulebook(rulebook: Rulebook, *, ruleset: str | None = None) -> Compi
     """Compile every rule of the rulebook into one durable_rules ruleset definition."""
     name = ruleset or f"{rulebook.name}@{rulebook.content_hash[:12]}"
     compiler = _Compiler(name)
-    definition = {f"r_{rule.id}": compiler.rule(rule) for rule in rulebook.rules}
+    definition = {name: body for rule in rulebook.rules for name, body in compiler.rule(rule).items()}
     return CompiledRulebook(
         ruleset=name,
         definition=json.dumps(definition, sort_keys=True, indent=1),
@@ -192,5 +187,5 @@ def compile_rulebook(rulebook: Rulebook, *, ruleset: str | None = None) -> Compi
         keys=frozenset(compiler.keys),
         text_tests=tuple(compiler.text_tests.values()),
         max_window_s=max((_window(r) for r in rulebook.rules), default=0.0),
-        rules=MappingProxyType({f"{name}|{rule.id}": rule for rule in rulebook.rules}),
+        actions=MappingProxyType(compiler.actions),
     )

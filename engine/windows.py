@@ -1,0 +1,113 @@
+"""Event-time windows for correlations and counts: the joins the engine cannot do safely, kept bounded.
+
+Each window holds, per rule and `same:` key, the recent events of each pattern; events leave once the
+watermark (the newest event time seen) has moved past their time + the rule's window + the allowed lateness.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
+
+from gpuslo.engine.events import Event
+from gpuslo.engine.rulebook.model import Correlation, Count, Rule
+
+_MAX_PER_PATTERN = 1000  # per rule and key: a burst beyond this keeps only the newest
+
+
+def same_key(event: Event, keys: Sequence[str]) -> tuple[object, ...] | None:
+    """The values of the `same:` keys, or None when the event lacks one (it then cannot correlate)."""
+    values = tuple(event.get(k) for k in keys)
+    return None if any(v is None for v in values) else values
+
+
+class Windows:
+    """Correlation and count state of every windowed rule of one evaluator."""
+
+    def __init__(self, lateness_s: float):
+        self._lateness = lateness_s
+        self._recent: dict[tuple[str, tuple[object, ...]], dict[str, deque[Event]]] = defaultdict(dict)
+        self._counts: dict[tuple[str, tuple[object, ...]], deque[Event]] = defaultdict(deque)
+        self._horizon: dict[str, float] = {}
+
+    def held(self) -> int:
+        """Events held in windows now (for tests and the memory benchmark)."""
+        recent = sum(len(q) for by_alias in self._recent.values() for q in by_alias.values())
+        return recent + sum(len(q) for q in self._counts.values())
+
+    def correlate(self, scope: str, rule: Rule, alias: str, event: Event) -> dict[str, Event] | None:
+        """Add a pattern match; return alias → event when it completes the correlation within the window."""
+        when = rule.when
+        assert isinstance(when, Correlation)
+        key = same_key(event, when.same)
+        if key is None:
+            return None
+        self._horizon[scope] = when.within_s + self._lateness
+        by_alias = self._recent[(scope, key)]
+        found = _complete(when, by_alias, alias, event)
+        queue = by_alias.setdefault(alias, deque(maxlen=_MAX_PER_PATTERN))
+        queue.append(event)
+        return found
+
+    def count(self, scope: str, rule: Rule, event: Event) -> list[Event] | None:
+        """Add a match of a count rule; return the events when `count` of them fall within the window."""
+        when = rule.when
+        assert isinstance(when, Count)
+        key = same_key(event, when.same)
+        if key is None:
+            return None
+        self._horizon[scope] = when.within_s + self._lateness
+        window = self._counts[(scope, key)]
+        window.append(event)
+        inside = sorted((e for e in window if abs(e.timestamp - event.timestamp) <= when.within_s),
+                        key=lambda e: (e.timestamp, e.id))
+        if len(inside) < when.count:
+            return None
+        window.clear()
+        return inside
+
+    def expire(self, watermark: float) -> None:
+        """Drop events no window can use any more."""
+        for store in (self._recent, self._counts):
+            for (scope, key) in list(store):
+                horizon = watermark - self._horizon.get(scope, 0.0)
+                value = store[(scope, key)]
+                queues = value.values() if isinstance(value, dict) else [value]
+                for queue in queues:
+                    while queue and queue[0].timestamp < horizon:
+                        queue.popleft()
+                if not any(queues):
+                    del store[(scope, key)]
+
+    def forget(self, scopes: set[str]) -> None:
+        """Drop the state of rules that are no longer loaded."""
+        for store in (self._recent, self._counts):
+            for (scope, key) in list(store):
+                if scope in scopes:
+                    del store[(scope, key)]
+
+
+def _complete(when: Correlation, by_alias: Mapping[str, deque[Event]], alias: str,
+              event: Event) -> dict[str, Event] | None:
+    """Find, for every other pattern, the event nearest in time that keeps window and order; None if none."""
+    aliases = [p.alias for p in when.patterns]
+    options: list[list[Event]] = []
+    for other in aliases:
+        if other == alias:
+            options.append([event])
+            continue
+        near = [e for e in by_alias.get(other, ()) if abs(e.timestamp - event.timestamp) <= when.within_s]
+        if not near:
+            return None
+        options.append(sorted(near, key=lambda e: abs(e.timestamp - event.timestamp))[:20])
+    for combo in itertools.product(*options):
+        times = [e.timestamp for e in combo]
+        if max(times) - min(times) > when.within_s:
+            continue
+        if when.ordered and any(a > b for a, b in itertools.pairwise(times)):
+            continue
+        if len({e.id for e in combo}) != len(combo):
+            continue
+        return dict(zip(aliases, combo, strict=True))
+    return None
