@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -15,6 +15,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from gpuslo.engine.events import Event, format_time
 from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import (
+    Absence,
     And,
     Compare,
     Correlation,
@@ -205,6 +206,26 @@ def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], ren
         runbook=rule.runbook, explanation=Explanation(tuple(conditions), tuple(ordered), causal_chain(ordered)),
         seen_at=ordered[-1].time, labels=rule.labels,
     )
+
+
+def build_absence_match(rulebook: Rulebook, rule: Rule, last: Event, silence_s: float, now: float,
+                        renderer: SummaryRenderer) -> Match:
+    """The Match of an absence rule: the last expected event as evidence and the silence as its condition."""
+    assert isinstance(rule.when, Absence)
+    group = group_of(rule, [last])
+    expected = rule.when.pattern.kind + (f" where {rule.when.pattern.condition_text}"
+                                         if rule.when.pattern.condition_text else "")
+    condition = ConditionResult(
+        f"no {expected} for {silence_s:.0f}s > {rule.when.for_s:g}s (last at {format_time(last.time)[11:23]})",
+        "time", round(silence_s, 3), True)
+    slo = rulebook.slos.get(rule.slo)
+    seen = datetime.fromtimestamp(now, UTC)
+    return Match(
+        rule_id=rule.id, rule_title=rule.title, rulebook=rulebook.name, rulebook_version=rulebook.version,
+        rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
+        severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
+        summary=renderer.render(rule, last, group), remediation=rule.remediation, runbook=rule.runbook,
+        explanation=Explanation((condition,), (last,), causal_chain([last])), seen_at=seen, labels=rule.labels)
 
 
 __all__ = ["SingleEvent", "SummaryRenderer", "build_match", "causal_chain", "describe_event", "text_test"]

@@ -23,10 +23,10 @@ from durable import engine as durable_engine
 
 from gpuslo.engine.errors import EngineError
 from gpuslo.engine.events import Event
-from gpuslo.engine.explain import SummaryRenderer, build_match, text_test
+from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, text_test
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
-from gpuslo.engine.rulebook.model import Count, Rulebook, SingleEvent
+from gpuslo.engine.rulebook.model import Absence, Count, Rulebook, SingleEvent
 from gpuslo.engine.violations import Match
 from gpuslo.engine.windows import Windows
 
@@ -153,8 +153,19 @@ class RuleEvaluator:
                 started = time.perf_counter()
                 matches += self._evaluate_one(event)
                 self._metrics.engine_post_seconds.observe(time.perf_counter() - started)
+            matches += self._absences(self._watermark)
             self._expire()
         return matches
+
+    def tick(self, now: float) -> list[Match]:
+        """Absence checks against a clock (the live service's wall clock); event time is used otherwise."""
+        with self._lock:
+            return self._absences(max(now, self._watermark))
+
+    def _absences(self, now: float) -> list[Match]:
+        books = {unit.ruleset: unit.rulebook for unit in self._active}
+        return [build_absence_match(books[scope.split("|")[0]], rule, last, silence, now, self._renderer)
+                for scope, rule, last, silence in self._windows.absent(now) if scope.split("|")[0] in books]
 
     def _evaluate_one(self, event: Event) -> list[Match]:
         if event.timestamp < self._watermark - self._lateness:
@@ -179,6 +190,9 @@ class RuleEvaluator:
         rule, when, scope = action.rule, action.rule.when, f"{unit.ruleset}|{action.rule.id}"
         if isinstance(when, SingleEvent):
             return build_match(unit.rulebook, rule, {"m": event}, self._renderer)
+        if isinstance(when, Absence):
+            self._windows.seen(scope, rule, event)
+            return None
         if isinstance(when, Count):
             counted = self._windows.count(scope, rule, event)
             if counted is None:
@@ -289,6 +303,7 @@ class Runtime:
         while not self._stop.is_set():
             batch = self._take_batch()
             if not batch:
+                self._check_absences()
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
@@ -309,6 +324,15 @@ class Runtime:
                     self._queued.difference_update(e.id for e in batch)
                     self._metrics.engine_queue_depth.set(self._queue.qsize())
                     self._busy.clear()
+
+    def _check_absences(self) -> None:
+        try:
+            matches = self.evaluator.tick(time.time())
+            if matches:
+                self._sink(EngineResult((), tuple(matches)))
+        except Exception:
+            log.exception("absence check failed")
+            self._metrics.engine_errors.labels("absence").inc()
 
     def _remember(self, ids: Any) -> None:
         for event_id in ids:

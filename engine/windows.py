@@ -11,7 +11,7 @@ from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 
 from gpuslo.engine.events import Event
-from gpuslo.engine.rulebook.model import Correlation, Count, Rule
+from gpuslo.engine.rulebook.model import Absence, Correlation, Count, Rule
 
 _MAX_PER_PATTERN = 1000  # per rule and key: a burst beyond this keeps only the newest
 
@@ -30,6 +30,7 @@ class Windows:
         self._recent: dict[tuple[str, tuple[object, ...]], dict[str, deque[Event]]] = defaultdict(dict)
         self._counts: dict[tuple[str, tuple[object, ...]], deque[Event]] = defaultdict(deque)
         self._horizon: dict[str, float] = {}
+        self._last_seen: dict[tuple[str, tuple[object, ...]], tuple[Rule, Event, bool]] = {}
 
     def held(self) -> int:
         """Events held in windows now (for tests and the memory benchmark)."""
@@ -67,6 +68,27 @@ class Windows:
         window.clear()
         return inside
 
+    def seen(self, scope: str, rule: Rule, event: Event) -> None:
+        """An expected event of an absence rule arrived: (re)arm its key."""
+        assert isinstance(rule.when, Absence)
+        key = same_key(event, rule.when.same)
+        if key is None:
+            return
+        previous = self._last_seen.get((scope, key))
+        if previous is None or previous[1].timestamp <= event.timestamp:
+            self._last_seen[(scope, key)] = (rule, event, False)
+
+    def absent(self, now: float) -> list[tuple[str, Rule, Event, float]]:
+        """Keys whose expected event is overdue at `now`: (scope, rule, last event, silence). Each fires once."""
+        due = []
+        for (scope, key), (rule, event, fired) in self._last_seen.items():
+            assert isinstance(rule.when, Absence)
+            silence = now - event.timestamp
+            if not fired and silence > rule.when.for_s:
+                due.append((scope, rule, event, silence))
+                self._last_seen[(scope, key)] = (rule, event, True)
+        return due
+
     def expire(self, watermark: float) -> None:
         """Drop events no window can use any more."""
         for store in (self._recent, self._counts):
@@ -82,7 +104,7 @@ class Windows:
 
     def forget(self, scopes: set[str]) -> None:
         """Drop the state of rules that are no longer loaded."""
-        for store in (self._recent, self._counts):
+        for store in (self._recent, self._counts, self._last_seen):
             for (scope, key) in list(store):
                 if scope in scopes:
                     del store[(scope, key)]

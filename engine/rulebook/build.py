@@ -9,6 +9,7 @@ from typing import Any
 from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
 from gpuslo.engine.rulebook.model import (
+    Absence,
     Correlation,
     Count,
     EventPattern,
@@ -60,6 +61,9 @@ class _Builder:
             return Correlation(
                 tuple(patterns), same, parse_duration(when["within"]), bool(when.get("ordered", False))
             )
+        if "absent" in when:
+            pattern = self.pattern(path, {**when, "event": when["absent"]}, "m", {})
+            return Absence(pattern, same, parse_duration(when["for"]))
         pattern = self.pattern(path, when, "m", {})
         if "count" in when:
             return Count(pattern, int(when["count"]), same, parse_duration(when["within"]))

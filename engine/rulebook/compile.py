@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuslo.engine.rulebook.model import (
+    Absence,
     And,
     Compare,
     Correlation,
@@ -171,7 +172,10 @@ def _kinds(rule: Rule) -> set[str]:
 
 
 def _window(rule: Rule) -> float:
-    return 0.0 if isinstance(rule.when, SingleEvent) else rule.when.within_s
+    when = rule.when
+    if isinstance(when, Absence):
+        return when.for_s
+    return 0.0 if isinstance(when, SingleEvent) else when.within_s
 
 
 def compile_rulebook(rulebook: Rulebook, *, ruleset: str | None = None) -> CompiledRulebook:

@@ -125,7 +125,16 @@ class Count:
     within_s: float
 
 
-Trigger = SingleEvent | Correlation | Count
+@dataclass(frozen=True)
+class Absence:
+    """Fires once per `same` key when no event matching the pattern arrived for `for_s` after the last one."""
+
+    pattern: EventPattern
+    same: tuple[str, ...]
+    for_s: float
+
+
+Trigger = SingleEvent | Correlation | Count | Absence
 
 
 @dataclass(frozen=True)

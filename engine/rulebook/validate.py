@@ -241,12 +241,16 @@ _FORM_KEYS = {
     "single": ({"event"}, {"event", "if"}),
     "correlation": ({"all", "same", "within"}, {"all", "same", "within", "ordered"}),
     "count": ({"count", "event", "within"}, {"count", "event", "if", "same", "within"}),
+    "absence": ({"absent", "for"}, {"absent", "if", "same", "for"}),
 }
-_FORM_NAMES = {"single": "a single-event trigger", "correlation": "a correlation (all:)", "count": "a count"}
+_FORM_NAMES = {"single": "a single-event trigger", "correlation": "a correlation (all:)", "count": "a count",
+               "absence": "an absence (absent:)"}
 
 
 def _when_form(when: dict[str, Any]) -> str:
-    return "correlation" if "all" in when else "count" if "count" in when else "single"
+    if "all" in when:
+        return "correlation"
+    return "count" if "count" in when else "absence" if "absent" in when else "single"
 
 
 def _when_problems(
@@ -269,13 +273,15 @@ def _when_problems(
     if form == "correlation":
         yield from _pattern_problems(ctx, (*path, "all"), when.get("all"), rule, kinds)
     else:
-        yield from _kind_problem(doc, (*path, "event"), when.get("event"), rule)
-        if when.get("event") in KINDS:
-            kinds.append(when["event"])
-            yield from ctx.condition((*path, "if"), when.get("if"), when["event"], {}, rule)
+        kind_key = "absent" if form == "absence" else "event"
+        yield from _kind_problem(doc, (*path, kind_key), when.get(kind_key), rule)
+        if when.get(kind_key) in KINDS:
+            kinds.append(when[kind_key])
+            yield from ctx.condition((*path, "if"), when.get("if"), when[kind_key], {}, rule)
     yield from _field_problems(doc, (*path, "same"), when.get("same"), kinds, rule)
     yield from _field_problems(doc, (*path[:-1], "group_by"), group_by, kinds, rule)
     yield from _duration_problem(doc, (*path, "within"), when.get("within"), rule, MAX_WITHIN_S)
+    yield from _duration_problem(doc, (*path, "for"), when.get("for"), rule, MAX_WITHIN_S)
 
 
 def _pattern_problems(

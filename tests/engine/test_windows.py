@@ -91,3 +91,39 @@ def test_facts_leave_the_engine_after_window_and_lateness(rulebook, event):
     assert runner.pending_facts() == 50
     runner.evaluate([event("mem_fragmentation", at=200, gpu=1, fragmentation_ratio=0.9)])
     assert runner.pending_facts() == 1  # only the newest is young enough for a window
+
+
+ABSENCE = """\
+- id: probe-silent
+  title: Probe silent
+  slo: token-latency
+  severity: warning
+  when: {absent: probe_status, if: "state == 'up'", same: [host], for: 2m}
+  group_by: [host]
+  summary: "no heartbeat from {{ group.host }}"
+  remediation: r
+"""
+
+
+def test_absence_fires_once_per_key_after_the_silence_and_rearms(rulebook, event):
+    runner = _runner(rulebook(ABSENCE))
+    assert runner.evaluate([event("probe_status", at=0, host="a", probe="ebpf", state="up"),
+                            event("probe_status", at=0, host="b", probe="ebpf", state="up"),
+                            event("probe_status", at=100, host="b", probe="ebpf", state="up")]) == []
+    matches = runner.evaluate([event("cuda_error", at=150, host="c")])  # time moves on; a's heartbeat is 150 s old
+    assert [(m.rule_id, m.group_key) for m in matches] == [("probe-silent", "host=a")]
+    assert matches[0].explanation.conditions[0].text.startswith("no probe_status where state == 'up' for 150s > 120s")
+    assert matches[0].summary == "no heartbeat from a"
+    assert runner.evaluate([event("cuda_error", at=160, host="c")]) == []  # fired once
+    assert [m.group_key for m in runner.evaluate([event("cuda_error", at=230, host="c")])] == ["host=b"]
+    heartbeat = event("probe_status", at=240, host="a", probe="ebpf", state="up")
+    runner.evaluate([heartbeat])
+    assert runner.tick(now=heartbeat.timestamp + 60) == []
+    assert [m.group_key for m in runner.tick(now=heartbeat.timestamp + 160)] == ["host=a"]
+
+
+def test_absence_ignores_events_that_do_not_match_its_condition(rulebook, event):
+    runner = _runner(rulebook(ABSENCE))
+    runner.evaluate([event("probe_status", at=0, host="a", probe="ebpf", state="up")])
+    matches = runner.evaluate([event("probe_status", at=130, host="a", probe="ebpf", state="down")])
+    assert [m.group_key for m in matches] == ["host=a"]
