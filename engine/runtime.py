@@ -9,6 +9,7 @@ so the engine's memory stays bounded.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import logging
 import queue
@@ -26,7 +27,7 @@ from gpuslo.engine.events import Event
 from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, text_test
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
-from gpuslo.engine.rulebook.model import Absence, Count, Rulebook, SingleEvent
+from gpuslo.engine.rulebook.model import Absence, Count, Rule, Rulebook, SingleEvent
 from gpuslo.engine.violations import Match
 from gpuslo.engine.windows import Windows
 
@@ -46,6 +47,12 @@ class EngineResult:
 
     events: tuple[Event, ...]
     matches: tuple[Match, ...]
+
+
+def window_scope(rulebook: Rulebook, rule: Rule) -> str:
+    """Where a rule's window state lives: the same for an unchanged rule across reloads of its rulebook."""
+    fingerprint = hashlib.sha1(repr((rule.when, rule.group_by)).encode(), usedforsecurity=False).hexdigest()[:16]
+    return f"{rulebook.name}|{rule.id}|{fingerprint}"
 
 
 class _Host(durable_engine.Host):  # type: ignore[misc]
@@ -85,6 +92,7 @@ class RuleEvaluator:
         self._active: tuple[CompiledRulebook, ...] = ()
         self._fired: list[str] = []
         self._windows = Windows(lateness_s)
+        self._scopes: dict[str, Rulebook] = {}
         self._watermark = 0.0
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
@@ -109,8 +117,11 @@ class RuleEvaluator:
                 message = f"rulebook {rulebook.name!r}: the engine refused the compiled ruleset: {exc}"
                 raise EngineError(message) from exc
             compiled.append(unit)
+        scopes = {window_scope(unit.rulebook, rule): unit.rulebook for unit in compiled for rule in unit.rulebook.rules}
         with self._lock:
             self._active = tuple(compiled)
+            self._windows.forget(set(self._scopes) - set(scopes))
+            self._scopes = scopes
 
     def _action(self, action: str) -> Callable[[Any], None]:
         def fire(_closure: Any) -> None:
@@ -163,9 +174,8 @@ class RuleEvaluator:
             return self._absences(max(now, self._watermark))
 
     def _absences(self, now: float) -> list[Match]:
-        books = {unit.ruleset: unit.rulebook for unit in self._active}
-        return [build_absence_match(books[scope.split("|")[0]], rule, last, silence, now, self._renderer)
-                for scope, rule, last, silence in self._windows.absent(now) if scope.split("|")[0] in books]
+        return [build_absence_match(self._scopes[scope], rule, last, silence, now, self._renderer)
+                for scope, rule, last, silence in self._windows.absent(now) if scope in self._scopes]
 
     def _evaluate_one(self, event: Event) -> list[Match]:
         if event.timestamp < self._watermark - self._lateness:
@@ -187,7 +197,7 @@ class RuleEvaluator:
         return matches
 
     def _on_fire(self, unit: CompiledRulebook, action: RuleAction, event: Event) -> Match | None:
-        rule, when, scope = action.rule, action.rule.when, f"{unit.ruleset}|{action.rule.id}"
+        rule, when, scope = action.rule, action.rule.when, window_scope(unit.rulebook, action.rule)
         if isinstance(when, SingleEvent):
             return build_match(unit.rulebook, rule, {"m": event}, self._renderer)
         if isinstance(when, Absence):

@@ -127,3 +127,13 @@ def test_absence_ignores_events_that_do_not_match_its_condition(rulebook, event)
     runner.evaluate([event("probe_status", at=0, host="a", probe="ebpf", state="up")])
     matches = runner.evaluate([event("probe_status", at=130, host="a", probe="ebpf", state="down")])
     assert [m.group_key for m in matches] == ["host=a"]
+
+
+def test_reload_keeps_window_state_of_unchanged_rules_only(rulebook, event):
+    runner = _runner(rulebook(CORRELATION + COUNT))
+    runner.evaluate([event("mem_fragmentation", at=0, gpu=3, fragmentation_ratio=0.9),
+                     event("cuda_oom", at=0, gpu=3), event("cuda_oom", at=1, gpu=3)])
+    changed_count = COUNT.replace("count: 3", "count: 4")
+    runner.load([rulebook(CORRELATION + changed_count)])  # a new version: correlation unchanged, count changed
+    matches = runner.evaluate([event("token_stall", at=2, gpu=3, gap_ms=300.0), event("cuda_oom", at=2, gpu=3)])
+    assert [m.rule_id for m in matches] == ["frag-then-stall"]  # the count restarted from zero

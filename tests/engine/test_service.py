@@ -1,0 +1,96 @@
+"""The service core on both databases: rulebook reloads, engine backlog and restart, folding."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpuslo.engine.config import Settings
+from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.store import repository
+from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.views import ViolationFilter
+
+FRAG_EVENT = {"kind": "mem_fragmentation", "time": "2026-11-29T12:00:00Z", "host": "node-7", "gpu": 3,
+              "attrs": {"fragmentation_ratio": 0.71, "free_bytes": 1000, "largest_free_bytes": 290}}
+
+
+def _event(i: int, **changes) -> dict:
+    return {**FRAG_EVENT, "id": f"svc-{i}", "time": f"2026-11-29T12:00:{i % 60:02d}Z", **changes}
+
+
+def _open(database: Database, rules: Path, **overrides) -> Gpuslo:
+    return Gpuslo.open(Settings(database_url=database.url, rules_dir=rules, **overrides))
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    directory = tmp_path / "rules"
+    directory.mkdir()
+    shutil.copy(Path("rules/memory.yaml"), directory / "memory.yaml")
+    return directory
+
+
+def _violations(core: Gpuslo):
+    with core.database.session(readonly=True) as session:
+        return repository.list_violations(session, ViolationFilter(), page_size=500).items
+
+
+def test_repeated_matches_fold_into_one_violation(database, rules):
+    core = _open(database, rules)
+    try:
+        core.ingest([_event(i) for i in range(3)])
+        assert core.wait_idle()
+        (violation,) = [v for v in _violations(core) if v.rule_id == "fragmentation-high"]
+        assert violation.occurrences == 3 and violation.status == "open"
+        assert violation.explanation["conditions"][1]["text"] == "fragmentation_ratio = 0.71 > 0.65"
+    finally:
+        core.close()
+
+
+def test_broken_rulebook_keeps_the_last_good_version_and_reports_the_error(database, rules):
+    core = _open(database, rules)
+    try:
+        (rules / "memory.yaml").write_text((rules / "memory.yaml").read_text().replace("severity: warning",
+                                                                                        "severity: loud", 1))
+        status = core.reload_rulebooks()
+        assert [r.name for r in status.rulebooks] == ["memory"]
+        assert any("severity" in str(p) and "memory.yaml" in str(p) for p in status.problems)
+        core.ingest([_event(1)])
+        assert core.wait_idle()
+        assert any(v.rule_id == "fragmentation-high" for v in _violations(core))
+        with core.database.session(readonly=True) as session:
+            versions = repository.list_rulebook_versions(session)
+        assert any(v.error and "severity" in v.error for v in versions)
+    finally:
+        core.close()
+
+
+def test_events_beyond_the_queue_are_evaluated_from_the_database(database, rules):
+    core = _open(database, rules, engine_queue_size=2)
+    try:
+        report = core.ingest([_event(i) for i in range(25)])
+        assert report.count("accepted") == 25
+        assert core.wait_idle(20)
+        (violation,) = [v for v in _violations(core) if v.rule_id == "fragmentation-high"]
+        assert violation.occurrences == 25
+    finally:
+        core.close()
+
+
+def test_events_stored_before_a_crash_are_evaluated_after_restart(database, rules, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    core = _open(database, empty)  # no rules: the engine marks the events processed without matches
+    core.runtime.stop()  # as if the process died before the engine got to them
+    core.ingest([_event(i) for i in range(4)])
+    core.close()
+    restarted = _open(database, rules)
+    try:
+        assert restarted.wait_idle(20)
+        (violation,) = [v for v in _violations(restarted) if v.rule_id == "fragmentation-high"]
+        assert violation.occurrences == 4
+    finally:
+        restarted.close()
