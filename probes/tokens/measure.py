@@ -1,0 +1,141 @@
+"""Pure measurement: token arrival times → TTFT, inter-token quantiles and stalls → events."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from gpuslo.engine.events import Event
+
+SOURCE = "tokens"
+DEFAULT_STALL_MS = 200.0
+_ERROR_MAX = 1024
+_NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One inter-token gap at or above the threshold; `token_index` is the 0-based token that ended it."""
+
+    token_index: int
+    gap_ms: float
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """What one stream measured; latency fields are None when there were too few tokens to define them."""
+
+    tokens: int
+    ttft_ms: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    itl_max_ms: float | None
+    gaps_ms: tuple[float, ...]
+    stalls: tuple[Stall, ...]
+
+
+@dataclass(frozen=True)
+class EventContext:
+    """Envelope fields shared by every event a probe emits."""
+
+    host: str
+    endpoint: str
+    model: str
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = SOURCE
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of values with linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        raise ValueError("quantile of no values")
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _ms(ns: int) -> float:
+    return round(ns / _NS_PER_MS, 3)
+
+
+def summarize(start_ns: int, token_ns: Sequence[int], stall_threshold_ms: float = DEFAULT_STALL_MS
+              ) -> StreamSummary:
+    """Summarize one stream from its start and the monotonic arrival time of each token."""
+    gaps_ns = [later - earlier for earlier, later in zip(token_ns, token_ns[1:], strict=False)]
+    gaps_ms = tuple(_ms(gap) for gap in gaps_ns)
+    stalls = tuple(
+        Stall(token_index=index + 1, gap_ms=gap, at_ns=token_ns[index + 1])
+        for index, gap in enumerate(gaps_ms) if gap >= stall_threshold_ms
+    )
+    return StreamSummary(
+        tokens=len(token_ns),
+        ttft_ms=_ms(token_ns[0] - start_ns) if token_ns else None,
+        itl_p50_ms=round(quantile(gaps_ms, 0.5), 3) if gaps_ms else None,
+        itl_p99_ms=round(quantile(gaps_ms, 0.99), 3) if gaps_ms else None,
+        itl_max_ms=max(gaps_ms) if gaps_ms else None,
+        gaps_ms=gaps_ms,
+        stalls=stalls,
+    )
+
+
+def new_event_id() -> str:
+    """A unique event id (the idempotency key)."""
+    return f"tokens-{uuid.uuid4().hex}"
+
+
+def wall_time(wall_ns: int) -> datetime:
+    """A UTC datetime from nanoseconds since the epoch, exact to the microsecond."""
+    seconds, rest = divmod(wall_ns, 1_000_000_000)
+    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000)
+
+
+def _event(ctx: EventContext, kind: str, when: datetime, attrs: Mapping[str, Any],
+           message: str | None = None) -> Event:
+    clean = {name: value for name, value in attrs.items() if value is not None}
+    return Event(id=new_event_id(), kind=kind, time=when, host=ctx.host, source=ctx.source,
+                 labels=MappingProxyType(dict(ctx.labels)), attrs=MappingProxyType(clean), message=message)
+
+
+def request_events(ctx: EventContext, summary: StreamSummary, *, request_id: str, start_ns: int,
+                   start_wall_ns: int, error: str | None = None) -> list[Event]:
+    """One `token_latency` event for the request (timed at its start) and one `token_stall` per stall
+    (timed at the token that ended it)."""
+    attrs = {"endpoint": ctx.endpoint, "model": ctx.model, "ttft_ms": summary.ttft_ms,
+             "itl_p50_ms": summary.itl_p50_ms, "itl_p99_ms": summary.itl_p99_ms,
+             "itl_max_ms": summary.itl_max_ms, "tokens": summary.tokens, "stalls": len(summary.stalls),
+             "requests": 1, "error": error[:_ERROR_MAX] if error else None}
+    events = [_event(ctx, "token_latency", wall_time(start_wall_ns), attrs)]
+    for stall in summary.stalls:
+        when = wall_time(start_wall_ns + (stall.at_ns - start_ns))
+        events.append(_event(ctx, "token_stall", when, {
+            "gap_ms": stall.gap_ms, "token_index": stall.token_index, "request_id": request_id,
+            "endpoint": ctx.endpoint, "model": ctx.model}))
+    return events
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Quantiles over a scrape window, as a passive probe derives them from histogram deltas."""
+
+    window_s: float
+    requests: int | None = None
+    tokens: int | None = None
+    ttft_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+
+def window_event(ctx: EventContext, stats: WindowStats, when: datetime) -> Event:
+    """One `token_latency` event summarizing a window of many requests."""
+    attrs = {"endpoint": ctx.endpoint, "model": ctx.model, "window_s": round(stats.window_s, 3),
+             "requests": stats.requests, "tokens": stats.tokens, "ttft_ms": stats.ttft_ms,
+             "itl_p50_ms": stats.itl_p50_ms, "itl_p99_ms": stats.itl_p99_ms}
+    return _event(ctx, "token_latency", when, attrs)
