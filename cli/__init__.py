@@ -1,0 +1,1 @@
+"""Command line of gpuslo: the only package that wires engine, web and probes together."""

@@ -1,0 +1,139 @@
+"""The `gpuslo` command: serve, rules check, replay, db upgrade and the probe commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuslo.cli.agent import agent
+from gpuslo.cli.probe_logs import logs_command
+from gpuslo.engine.config import Settings, load_settings
+from gpuslo.engine.errors import GpusloError
+
+
+class GpusloGroup(click.Group):
+    """A click group that turns any GpusloError into one `error:` line and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpusloError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """The Settings built once by the `gpuslo` group."""
+    settings: Settings = ctx.find_root().obj
+    return settings
+
+
+@click.group(cls=GpusloGroup)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML settings file (else $GPUSLO_CONFIG); GPUSLO_* environment variables override it.",
+)
+@click.version_option(package_name="gpuslo")
+@click.pass_context
+def main(ctx: click.Context, config_file: Path | None) -> None:
+    """gpuslo: explains why a GPU fleet broke its SLO."""
+    ctx.obj = load_settings(config_file=config_file)
+
+
+@main.command()
+@click.option("--host", default=None, help="Interface to listen on (setting `host`, default 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="TCP port (setting `port`, 8080).")
+@click.option(
+    "--rules",
+    "rules_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Rulebook folder (setting `rules_dir`, default rules/).",
+)
+@click.pass_context
+def serve(ctx: click.Context, host: str | None, port: int | None, rules_dir: Path | None) -> None:
+    """Run ingest, the rules engine, the web UI and the JSON API in one process."""
+    from gpuslo.cli.serve import configure_logging, run_server
+
+    configure_logging()
+    changes = {"host": host, "port": port, "rules_dir": rules_dir}
+    settings = settings_of(ctx).with_overrides(**{k: v for k, v in changes.items() if v is not None})
+    run_server(settings)
+
+
+@main.group()
+def rules() -> None:
+    """Work with rulebooks."""
+
+
+@rules.command("check")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.pass_context
+def rules_check(ctx: click.Context, paths: tuple[Path, ...]) -> None:
+    """Validate rulebook files and folders (default: the `rules_dir` setting); exit 1 on any problem."""
+    from gpuslo.cli.rules import check
+
+    ok, lines = check(paths or (settings_of(ctx).rules_dir,))
+    for line in lines:
+        click.echo(line)
+    ctx.exit(0 if ok else 1)
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--server", default=None, help="Base URL of the server (default: the `public_url` setting).")
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True)
+@click.option("--token", envvar="GPUSLO_TOKEN", default=None, help="Bearer token (or $GPUSLO_TOKEN).")
+@click.pass_context
+def replay(ctx: click.Context, file: Path, server: str | None, batch_size: int, token: str | None) -> None:
+    """Post the events of a JSON Lines file to a running server; exit 1 if any is rejected or in conflict."""
+    from gpuslo.cli.replay import ReplayError, replay_file
+
+    base = server or settings_of(ctx).public_url
+    try:
+        with click.progressbar(length=file.stat().st_size, label="replaying", file=sys.stderr) as bar:
+            report = replay_file(file, base, batch_size=batch_size, token=token, on_bytes=bar.update)
+    except ReplayError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    for verdict in report.refused:
+        click.echo(str(verdict))
+    click.echo(
+        f"{report.total} events from {file}: {report.accepted} accepted, {report.duplicate} duplicate, "
+        f"{report.rejected} rejected, {report.conflict} conflict"
+    )
+    ctx.exit(0 if report.ok else 1)
+
+
+@main.group()
+def db() -> None:
+    """Manage the database."""
+
+
+@db.command("upgrade")
+@click.pass_context
+def db_upgrade(ctx: click.Context) -> None:
+    """Migrate the database (`database_url`, $GPUSLO_DATABASE_URL) to the latest schema."""
+    from gpuslo.engine.store.db import Database
+
+    database = Database(settings_of(ctx).database_url)
+    try:
+        database.upgrade()
+    finally:
+        database.dispose()
+    click.echo(f"ok: {database!r} is at the latest schema")
+
+
+@main.group()
+def probe() -> None:
+    """Run or inspect the node probes."""
+
+
+# Commands written in their own modules.
+main.add_command(agent)
+probe.add_command(logs_command)
