@@ -10,6 +10,7 @@ import click
 
 from gpuslo.cli.agent import agent
 from gpuslo.cli.probe_logs import logs_command
+from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -137,3 +138,4 @@ def probe() -> None:
 # Commands written in their own modules.
 main.add_command(agent)
 probe.add_command(logs_command)
+probe.add_command(tokens_command)
