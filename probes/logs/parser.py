@@ -1,0 +1,172 @@
+"""Turns log lines into events: multi-line assembly, echo suppression, event building."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from gpuslo.engine.events import MESSAGE_MAX, Event
+from gpuslo.probes.logs.patterns import FAMILIES, NEW_RECORD, TRIGGER, Family, Found
+from gpuslo.probes.logs.prefixes import Line, normalise, segments
+
+# One incident is often printed again within a few lines (a C++ log line, then the Python exception, then
+# torchrun's summary); these attrs say "same incident" when ranks agree and the copies are close.
+_SAME_INCIDENT: dict[str, tuple[str, ...]] = {
+    "cuda_oom": ("requested_bytes", "error_name"), "cuda_error": ("error_name",),
+    "cuda_graph_error": ("error_name",), "nccl_timeout": ("op", "seq"), "nccl_error": ("error_name",),
+    "gpu_xid": ("xid", "pci_bus"),
+}
+
+
+@dataclass(frozen=True)
+class ParserSettings:
+    """Where the lines come from and the parser's limits."""
+
+    host: str
+    source: str  # path or source name; part of every event id
+    job: str | None = None
+    max_line_bytes: int = 64 * 1024  # longer lines keep their head
+    dedupe_bytes: int = 32 * 1024  # how far apart two copies of one incident may be (a traceback or two)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    family: Family
+    lines: list[Line]
+    offset: int
+    key: str
+
+
+class LogParser:
+    """Feed lines (bytes with their byte offset); get events. One parser per source."""
+
+    def __init__(self, settings: ParserSettings, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        self._settings = settings
+        self._clock = clock
+        self._pending: _Pending | None = None
+        self._recent: deque[tuple[int, int | None, tuple[Any, ...]]] = deque()
+
+    @property
+    def pending_offset(self) -> int | None:
+        """Offset of the first line of an incident still being assembled, if any."""
+        return self._pending.offset if self._pending else None
+
+    def feed(self, raw: bytes | str, offset: int, key: str | None = None) -> list[Event]:
+        """One physical line (without or with its newline) that starts at byte `offset`."""
+        if isinstance(raw, bytes):
+            raw = raw[: self._settings.max_line_bytes].decode("utf-8", errors="replace")
+        else:
+            raw = raw[: self._settings.max_line_bytes]
+        events: list[Event] = []
+        for index, part in enumerate(segments(raw.rstrip("\r\n"))):
+            where = key if key is not None else str(offset)
+            events.extend(self._line(normalise(part), offset, where if index == 0 else f"{where}.{index}"))
+        return events
+
+    def scan(self, buf: bytes, base: int) -> list[Event]:
+        """Every newline-terminated line of `buf` (which starts at offset `base`), skipping lines that no
+        family could start with; the caller keeps any unterminated tail."""
+        events: list[Event] = []
+        pos, end = 0, buf.rfind(b"\n") + 1
+        while pos < end:
+            if self._pending is None:
+                match = TRIGGER.search(buf, pos, end)
+                if match is None:
+                    break
+                pos = max(pos, buf.rfind(b"\n", pos, match.start()) + 1)
+            stop = buf.find(b"\n", pos, end) + 1
+            events.extend(self.feed(buf[pos:stop], base + pos))
+            pos = stop
+        return events
+
+    def flush(self) -> list[Event]:
+        """Close an incident still being assembled (end of input, or the source went quiet)."""
+        pending, self._pending = self._pending, None
+        return self._emit(pending) if pending else []
+
+    def forget(self) -> None:
+        """Drop pending and recent state: the file was truncated or replaced."""
+        self._pending = None
+        self._recent.clear()
+
+    # ---- assembly ----
+
+    def _line(self, line: Line, offset: int, key: str) -> list[Event]:
+        events: list[Event] = []
+        if self._pending is not None:
+            pending = self._pending
+            if self._continues(pending, line):
+                pending.lines.append(line)
+                if self._complete(pending) or len(pending.lines) >= pending.family.max_lines:
+                    return self.flush()
+                return []
+            events.extend(self.flush())
+        family = next((f for f in FAMILIES if f.start.search(line.text)), None)
+        if family is None:
+            return events
+        pending = _Pending(family, [line], offset, key)
+        if family.complete is not None and not self._complete(pending):
+            self._pending = pending
+            return events
+        events.extend(self._emit(pending))
+        return events
+
+    @staticmethod
+    def _text(pending: _Pending) -> str:
+        return pending.family.joiner.join(line.text for line in pending.lines)
+
+    def _complete(self, pending: _Pending) -> bool:
+        assert pending.family.complete is not None
+        return bool(pending.family.complete.search(self._text(pending)))
+
+    @staticmethod
+    def _continues(pending: _Pending, line: Line) -> bool:
+        family, text = pending.family, line.text
+        if family.accept is not None and family.accept.search(text):
+            return True
+        if family.joiner == "\n":  # a block takes the line after "Last error:" and nothing unannounced
+            return pending.lines[-1].text.rstrip().endswith(":") and bool(text.strip())
+        if NEW_RECORD.match(text) or any(f.start.search(text) for f in FAMILIES):
+            return False
+        return True
+
+    # ---- events ----
+
+    def _emit(self, pending: _Pending) -> list[Event]:
+        found = pending.family.extract(self._text(pending))
+        if found is None:
+            return []
+        first = pending.lines[0]
+        rank = found.rank if found.rank is not None else first.rank
+        if self._echo(found, pending.offset, rank):
+            return []
+        return [self._event(found, pending, rank)]
+
+    def _echo(self, found: Found, offset: int, rank: int | None) -> bool:
+        """True when the same incident was reported a short way back in this source."""
+        signature = (found.kind, *(found.attrs.get(k) for k in _SAME_INCIDENT.get(found.kind, ())))
+        while self._recent and offset - self._recent[0][0] > self._settings.dedupe_bytes:
+            self._recent.popleft()
+        for _, seen_rank, seen in self._recent:
+            if seen == signature and (seen_rank is None or rank is None or seen_rank == rank):
+                return True
+        self._recent.append((offset, rank, signature))
+        return False
+
+    def _event(self, found: Found, pending: _Pending, rank: int | None) -> Event:
+        settings, first = self._settings, pending.lines[0]
+        digest = hashlib.sha1(f"{settings.host}|{settings.source}|{pending.key}".encode()).hexdigest()
+        pid = found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid
+        message = "\n".join(line.raw for line in pending.lines)[:MESSAGE_MAX]
+        labels = {"family": pending.family.name, "log": settings.source[-256:], **settings.labels}
+        return Event(
+            id=f"log:{digest}", kind=found.kind, time=first.time or self._clock(), host=settings.host,
+            gpu=found.gpu if found.gpu is not None else first.gpu, pid=pid, job=settings.job, rank=rank,
+            labels=MappingProxyType(labels), source="logs", attrs=MappingProxyType(dict(found.attrs)),
+            message=message)

@@ -1,0 +1,101 @@
+"""Sizes and CUDA status strings as GPU software prints them, turned into bytes and (name, code) pairs."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+# PyTorch's format_size divides by 1024**n and prints KiB/MiB/GiB; older builds and TF/Ray print "GB" or "GiB"
+# for the same powers of two, so every prefix here is binary.
+_UNIT_BYTES = {"": 1, "B": 1, "BYTE": 1, "BYTES": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20,
+               "MB": 2**20, "MIB": 2**20, "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40,
+               "TIB": 2**40}
+SIZE = r"(\d+(?:\.\d+)?)\s*((?:[KMGT]i?B)|bytes?|B\b|[KMGT]\b)"
+_SIZE_RE = re.compile(SIZE, re.IGNORECASE)
+
+
+def to_bytes(number: str, unit: str) -> int | None:
+    """`("1.50", "GiB")` → 1610612736; None when the number or unit is not a size."""
+    factor = _UNIT_BYTES.get(unit.upper())
+    if factor is None:
+        return None
+    try:
+        return int((Decimal(number) * factor).to_integral_value())
+    except InvalidOperation:
+        return None
+
+
+def parse_size(text: str) -> int | None:
+    """The first size in `text` in bytes, e.g. `2.00 GiB` → 2147483648."""
+    match = _SIZE_RE.search(text)
+    return to_bytes(match.group(1), match.group(2)) if match else None
+
+
+# cudaGetErrorString texts → (cudaError_t name, value), from the CUDA runtime's driver_types.h.
+CUDA_ERRORS: dict[str, tuple[str, int]] = {
+    "out of memory": ("cudaErrorMemoryAllocation", 2),
+    "initialization error": ("cudaErrorInitializationError", 3),
+    "driver shutting down": ("cudaErrorCudartUnloading", 4),
+    "invalid argument": ("cudaErrorInvalidValue", 1),
+    "invalid device ordinal": ("cudaErrorInvalidDevice", 101),
+    "no CUDA-capable device is detected": ("cudaErrorNoDevice", 100),
+    "CUDA driver version is insufficient for CUDA runtime version": ("cudaErrorInsufficientDriver", 35),
+    "uncorrectable ECC error encountered": ("cudaErrorECCUncorrectable", 214),
+    "no kernel image is available for execution on the device": ("cudaErrorNoKernelImageForDevice", 209),
+    "an illegal memory access was encountered": ("cudaErrorIllegalAddress", 700),
+    "the launch timed out and was terminated": ("cudaErrorLaunchTimeout", 702),
+    "device-side assert triggered": ("cudaErrorAssert", 710),
+    "an illegal instruction was encountered": ("cudaErrorIllegalInstruction", 715),
+    "misaligned address": ("cudaErrorMisalignedAddress", 716),
+    "unspecified launch failure": ("cudaErrorLaunchFailure", 719),
+    "operation not permitted when stream is capturing": ("cudaErrorStreamCaptureUnsupported", 900),
+    "operation failed due to a previous error during capture": ("cudaErrorStreamCaptureInvalidated", 901),
+    "operation would result in a merge of two independent capture sequences":
+        ("cudaErrorStreamCaptureMerge", 902),
+    "capture was not initiated in this stream": ("cudaErrorStreamCaptureUnmatched", 903),
+    "capture sequence contains a fork that was not joined to the primary stream":
+        ("cudaErrorStreamCaptureUnjoined", 904),
+    "dependency created on uncaptured work in another stream": ("cudaErrorStreamCaptureIsolation", 905),
+    "operation would make the legacy stream depend on a capturing blocking stream":
+        ("cudaErrorStreamCaptureImplicit", 906),
+    "operation not permitted on an event last recorded in a capturing stream": ("cudaErrorCapturedEvent", 907),
+    "attempt to terminate a thread-local capture sequence from another thread":
+        ("cudaErrorStreamCaptureWrongThread", 908),
+    "unknown error": ("cudaErrorUnknown", 999),
+}
+_CUDA_ERRORS_LOWER = {text.lower(): value for text, value in CUDA_ERRORS.items()}
+_BY_NAME = {name: (name, code) for name, code in CUDA_ERRORS.values()}
+CUBLAS_STATUS = {"NOT_INITIALIZED": 1, "ALLOC_FAILED": 3, "INVALID_VALUE": 7, "ARCH_MISMATCH": 8,
+                 "MAPPING_ERROR": 11, "EXECUTION_FAILED": 13, "INTERNAL_ERROR": 14, "NOT_SUPPORTED": 15,
+                 "LICENSE_ERROR": 16}
+GRAPH_CODES = range(900, 911)
+
+
+def cuda_status(text: str) -> tuple[str, int | None]:
+    """The (name, code) of a CUDA error string, name, or driver enum (`CUDA_ERROR_ILLEGAL_ADDRESS`)."""
+    cleaned = text.strip().rstrip(".").strip()
+    known = _CUDA_ERRORS_LOWER.get(cleaned.lower())
+    if known:
+        return known
+    for phrase, value in _CUDA_ERRORS_LOWER.items():
+        if cleaned.lower().startswith(phrase):
+            return value
+    if cleaned in _BY_NAME:
+        return _BY_NAME[cleaned]
+    if cleaned in _DRIVER_ENUMS:
+        return _BY_NAME[_DRIVER_ENUMS[cleaned]]
+    return cleaned[:200], None
+
+
+# CUresult names (driver API, as JAX/XLA print them) → the runtime's name for the same fault.
+_DRIVER_ENUMS = {
+    "CUDA_ERROR_OUT_OF_MEMORY": "cudaErrorMemoryAllocation", "CUDA_ERROR_ILLEGAL_ADDRESS": "cudaErrorIllegalAddress",
+    "CUDA_ERROR_LAUNCH_FAILED": "cudaErrorLaunchFailure", "CUDA_ERROR_ASSERT": "cudaErrorAssert",
+    "CUDA_ERROR_ECC_UNCORRECTABLE": "cudaErrorECCUncorrectable",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION": "cudaErrorIllegalInstruction",
+    "CUDA_ERROR_MISALIGNED_ADDRESS": "cudaErrorMisalignedAddress",
+    "CUDA_ERROR_LAUNCH_TIMEOUT": "cudaErrorLaunchTimeout",
+    "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED": "cudaErrorStreamCaptureUnsupported",
+    "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED": "cudaErrorStreamCaptureInvalidated",
+    "CUDA_ERROR_UNKNOWN": "cudaErrorUnknown",
+}
