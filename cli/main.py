@@ -11,6 +11,7 @@ import click
 from gpuslo.cli.agent import agent
 from gpuslo.cli.probe_logs import logs_command
 from gpuslo.cli.probe_tokens import tokens_command
+from gpuslo.cli.rules_test import rules_test
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -90,9 +91,21 @@ def rules_check(ctx: click.Context, paths: tuple[Path, ...]) -> None:
 @click.option("--server", default=None, help="Base URL of the server (default: the `public_url` setting).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True)
 @click.option("--token", envvar="GPUSLO_TOKEN", default=None, help="Bearer token (or $GPUSLO_TOKEN).")
+@click.option("--dry-run", is_flag=True, help="Backtest locally against --rules; store and send nothing.")
+@click.option("--rules", "rules_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Rulebook folder for --dry-run (default: the `rules_dir` setting).")
+@click.option("--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
+              help="Output of --dry-run: text, or one JSON object per violation.")
+@click.option("--compare", "compare_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="With --dry-run: show the violations this rulebook folder adds and removes.")
 @click.pass_context
-def replay(ctx: click.Context, file: Path, server: str | None, batch_size: int, token: str | None) -> None:
-    """Post the events of a JSON Lines file to a running server; exit 1 if any is rejected or in conflict."""
+def replay(ctx: click.Context, file: Path, server: str | None, batch_size: int, token: str | None, dry_run: bool,
+           rules_dir: Path | None, fmt: str, compare_dir: Path | None) -> None:
+    """Post the events of a JSON Lines file to a running server (or backtest them with --dry-run)."""
+    if dry_run:
+        from gpuslo.cli.replay_dry import run_dry_replay
+
+        ctx.exit(run_dry_replay(file, rules_dir or settings_of(ctx).rules_dir, fmt=fmt, compare_dir=compare_dir))
     from gpuslo.cli.replay import ReplayError, replay_file
 
     base = server or settings_of(ctx).public_url
@@ -139,3 +152,4 @@ def probe() -> None:
 main.add_command(agent)
 probe.add_command(logs_command)
 probe.add_command(tokens_command)
+rules.add_command(rules_test)

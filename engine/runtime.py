@@ -162,6 +162,8 @@ class RuleEvaluator:
         with self._lock:
             for event in events:
                 started = time.perf_counter()
+                if event.timestamp > self._watermark:  # silences that ended before this event are due first
+                    matches += self._absences(event.timestamp)
                 matches += self._evaluate_one(event)
                 self._metrics.engine_post_seconds.observe(time.perf_counter() - started)
             matches += self._absences(self._watermark)

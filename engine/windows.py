@@ -6,6 +6,7 @@ watermark (the newest event time seen) has moved past their time + the rule's wi
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ class Windows:
         self._counts: dict[tuple[str, tuple[object, ...]], deque[Event]] = defaultdict(deque)
         self._horizon: dict[str, float] = {}
         self._last_seen: dict[tuple[str, tuple[object, ...]], tuple[Rule, Event, bool]] = {}
+        self._deadlines: list[tuple[float, str, tuple[object, ...], str]] = []  # heap: due time, scope, key, id
 
     def held(self) -> int:
         """Events held in windows now (for tests and the memory benchmark)."""
@@ -77,16 +79,19 @@ class Windows:
         previous = self._last_seen.get((scope, key))
         if previous is None or previous[1].timestamp <= event.timestamp:
             self._last_seen[(scope, key)] = (rule, event, False)
+            heapq.heappush(self._deadlines, (event.timestamp + rule.when.for_s, scope, key, event.id))
 
     def absent(self, now: float) -> list[tuple[str, Rule, Event, float]]:
         """Keys whose expected event is overdue at `now`: (scope, rule, last event, silence). Each fires once."""
         due = []
-        for (scope, key), (rule, event, fired) in self._last_seen.items():
-            assert isinstance(rule.when, Absence)
-            silence = now - event.timestamp
-            if not fired and silence > rule.when.for_s:
-                due.append((scope, rule, event, silence))
-                self._last_seen[(scope, key)] = (rule, event, True)
+        while self._deadlines and self._deadlines[0][0] < now:
+            _deadline, scope, key, event_id = heapq.heappop(self._deadlines)
+            current = self._last_seen.get((scope, key))
+            if current is None or current[2] or current[1].id != event_id:
+                continue  # re-armed by a newer event since, fired already, or forgotten
+            rule, event, _fired = current
+            due.append((scope, rule, event, now - event.timestamp))
+            self._last_seen[(scope, key)] = (rule, event, True)
         return due
 
     def expire(self, watermark: float) -> None:

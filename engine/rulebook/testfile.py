@@ -2,7 +2,8 @@
 
 A test file names its rulebook (`rulebook: memory.yaml`, default: the same stem), optional `defaults` (envelope
 fields every event gets) and `tests`: cases of input events in a compact form (`{at: 1.5s, kind: cuda_oom, ...}`)
-with the violations they must raise (`expect`) and the rules that must stay silent (`not_expect`).
+with the violations they must raise (`expect`) and the rules that must stay silent (`not_expect`); `until`
+moves the clock past the last event, so absence rules can fire.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpuslo.engine.units import parse_duration
 TEST_SUFFIX = ".test.yaml"
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)  # `at: 0s`; fixed so failures read the same on every run
 _TOP = ("rulebook", "defaults", "tests")
-_CASE = ("name", "events", "expect", "not_expect")
+_CASE = ("name", "events", "until", "expect", "not_expect")
 _EXPECT = ("rule", "group", "summary_contains", "conditions", "evidence_count")
 _ENVELOPE = ("id", "kind", "host", "gpu", "gpu_uuid", "pid", "job", "rank", "labels", "source", "attrs", "message")
 
@@ -50,6 +51,7 @@ class RuleTestCase:
     expect: tuple[Expectation, ...]
     not_expect: tuple[str, ...]
     silent: bool
+    until_s: float | None = None  # the clock after the last event, for absence rules (seconds after the start)
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,10 @@ class _Reader:
             try:
                 seconds = parse_duration(value)
             except ValueError as exc:
-                self.problem(path, f"'at': {exc}")
+                self.problem(path, f"'{path[-1]}': {exc}")
                 return None
         if seconds < 0:
-            self.problem(path, f"'at' must not be negative, got {value!r}")
+            self.problem(path, f"'{path[-1]}' must not be negative, got {value!r}")
             return None
         return seconds
 
@@ -128,7 +130,7 @@ class _Reader:
         seconds = self.at((*path, "at"), fields["at"])
         if seconds is None:
             return None
-        body = {**defaults, **{k: v for k, v in fields.items() if k != "at"}}
+        body = {**defaults, **{k: v for k, v in fields.items() if k in _ENVELOPE}}  # unknown keys: reported above
         body.setdefault("id", ident)
         body["time"] = format_time(BASE_TIME + timedelta(seconds=seconds))
         try:
@@ -192,11 +194,12 @@ class _Reader:
             self.problem((*path, "not_expect"), "'not_expect' must be a list of rule ids")
             not_expect_obj = []
         not_expect = [self.rule_id((*path, "not_expect", j), r) for j, r in enumerate(not_expect_obj)]
+        until = self.at((*path, "until"), fields["until"]) if "until" in fields else None
         if name is None or None in events or None in expect or None in not_expect:
             return None
         return RuleTestCase(name, self.doc.at(path), tuple(e for e in events if e),
                             tuple(e for e in expect if e), tuple(r for r in not_expect if r),
-                            silent="expect" in fields and not expect_obj)
+                            silent="expect" in fields and not expect_obj, until_s=until)
 
 
 def parse_test_text(text: str, path: Path, rule_ids: Collection[str] | None = None) -> RuleTestFile:

@@ -5,25 +5,14 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_support import RULES_DIR, LiveServer
 from werkzeug.serving import make_server
 
 from gpuslo.engine.config import Settings
 from gpuslo.web import create_app
-
-ROOT = Path(__file__).resolve().parents[2]
-RULES_DIR = ROOT / "rules"
-EXAMPLE_INCIDENT = ROOT / "examples" / "incidents" / "serving-fragmentation-stall.jsonl"
-
-
-@dataclass(frozen=True)
-class LiveServer:
-    url: str
-    core: Any
 
 
 @pytest.fixture

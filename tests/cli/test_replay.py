@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import httpx
+from cli_support import EXAMPLE_INCIDENT, LiveServer
 from click.testing import CliRunner
-from conftest import EXAMPLE_INCIDENT, LiveServer
 
 from gpuslo.cli.main import main
 from gpuslo.cli.replay import replay_file

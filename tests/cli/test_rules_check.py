@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cli_support import RULES_DIR
 from click.testing import CliRunner
-from conftest import RULES_DIR
 
 from gpuslo.cli.main import main
 from gpuslo.engine.rulebook import load_directory

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import EXAMPLE_INCIDENT, RULES_DIR
 from click.testing import CliRunner
-from conftest import EXAMPLE_INCIDENT, RULES_DIR
 from sqlalchemy import create_engine, inspect
 
 from gpuslo.cli.main import main

@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 import itertools
-import textwrap
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_support import T0, rulebook_text
 
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.rulebook import load_rulebook_text
 from gpuslo.engine.rulebook.model import Rulebook
-
-T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
-
-HEADER = """\
-rulebook: {name}
-version: "1"
-description: test rulebook
-slos:
-  token-latency: {{service: serving, sli: itl, objective: "p99 < 200 ms", window: 28d}}
-rules:
-"""
-
-
-def rulebook_text(rules: str, name: str = "t") -> str:
-    return HEADER.format(name=name) + textwrap.indent(textwrap.dedent(rules), "  ")
 
 
 @pytest.fixture

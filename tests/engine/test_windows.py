@@ -137,3 +137,11 @@ def test_reload_keeps_window_state_of_unchanged_rules_only(rulebook, event):
     runner.load([rulebook(CORRELATION + changed_count)])  # a new version: correlation unchanged, count changed
     matches = runner.evaluate([event("token_stall", at=2, gpu=3, gap_ms=300.0), event("cuda_oom", at=2, gpu=3)])
     assert [m.rule_id for m in matches] == ["frag-then-stall"]  # the count restarted from zero
+
+
+def test_absence_ended_by_a_late_heartbeat_is_still_reported(rulebook, event):
+    runner = _runner(rulebook(ABSENCE))
+    runner.evaluate([event("probe_status", at=0, host="a", probe="ebpf", state="up")])
+    matches = runner.evaluate([event("probe_status", at=300, host="a", probe="ebpf", state="up")])
+    assert [(m.rule_id, m.group_key) for m in matches] == [("probe-silent", "host=a")]
+    assert matches[0].explanation.conditions[0].observed == 300.0

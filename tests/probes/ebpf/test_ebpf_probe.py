@@ -7,8 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import TIB, AppRunner, FakeBuild
-from ebpf_support import requires_bpf
+from ebpf_support import TIB, AppRunner, FakeBuild, requires_bpf
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event, parse_event

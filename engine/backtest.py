@@ -1,0 +1,183 @@
+"""Backtest: run recorded events (JSON Lines) through rulebooks without storing anything, and fold what
+would have fired by rule and group key; compare what a changed rulebook adds and removes."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, BinaryIO
+
+from gpuslo.engine.errors import EventError, GpusloError
+from gpuslo.engine.events import Event, format_time, parse_event
+from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.runtime import RuleEvaluator
+from gpuslo.engine.violations import Match
+
+_BATCH = 500
+_TICK_S = 1.0  # absence rules are checked each time event time moves this far (the live service ticks too)
+_RECENT_IDS = 100_000  # duplicate ids are skipped as ingest would; bounded like the runtime's memory of ids
+
+
+class BacktestError(GpusloError):
+    """The recorded events could not be read."""
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of the file that is not a valid event: 1-based line number and why."""
+
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class FoldedViolation:
+    """The matches of one rule and group key, folded as the store would fold them into one violation."""
+
+    rule: str
+    rulebook: str
+    severity: str
+    group: Mapping[str, Any]
+    group_key: str
+    summary: str  # of the latest match
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.rule, self.group_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "rulebook": self.rulebook, "severity": self.severity,
+                "group": dict(self.group), "group_key": self.group_key, "summary": self.summary,
+                "count": self.count, "first_seen": format_time(self.first_seen),
+                "last_seen": format_time(self.last_seen)}
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    """What one set of rulebooks would raise over a file, in order of first appearance."""
+
+    events: int
+    duplicates: int
+    violations: tuple[FoldedViolation, ...]
+    bad_lines: tuple[BadLine, ...]
+
+    @property
+    def matches(self) -> int:
+        return sum(v.count for v in self.violations)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Violations (by rule and group key) that the candidate rulebooks add and remove against the base."""
+
+    added: tuple[FoldedViolation, ...]
+    removed: tuple[FoldedViolation, ...]
+    unchanged: int
+
+
+class _Folder:
+    """Folds matches by (rule, group key), keeping first/last seen and the latest summary."""
+
+    def __init__(self) -> None:
+        self.folded: OrderedDict[tuple[str, str], FoldedViolation] = OrderedDict()
+
+    def add(self, match: Match) -> None:
+        key = (match.rule_id, match.group_key)
+        old = self.folded.get(key)
+        if old is None:
+            self.folded[key] = FoldedViolation(
+                match.rule_id, match.rulebook, match.severity, MappingProxyType(dict(match.group)),
+                match.group_key, match.summary, 1, match.seen_at, match.seen_at)
+            return
+        latest = match.seen_at >= old.last_seen
+        self.folded[key] = replace(
+            old, count=old.count + 1, summary=match.summary if latest else old.summary,
+            first_seen=min(old.first_seen, match.seen_at), last_seen=max(old.last_seen, match.seen_at))
+
+
+def read_events(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[Event | BadLine]:
+    """Events of a JSON Lines stream in file order; blank lines are skipped, bad ones yielded as BadLine."""
+    for number, raw in enumerate(stream, start=1):
+        if on_bytes is not None:
+            on_bytes(len(raw))
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            yield BadLine(number, f"not JSON: {exc}")
+            continue
+        try:
+            yield parse_event(obj)
+        except EventError as exc:
+            yield BadLine(number, f"not a valid event: {exc}")
+
+
+def backtest(path: Path, rulebook_sets: Sequence[Sequence[Rulebook]], *, lateness_s: float = 60.0,
+             on_bytes: Callable[[int], None] | None = None) -> tuple[BacktestResult, ...]:
+    """Read the file once and run its events through each set of rulebooks (one evaluator per set)."""
+    evaluators = []
+    for books in rulebook_sets:
+        evaluator = RuleEvaluator(lateness_s=lateness_s)
+        evaluator.load(books)
+        evaluators.append(evaluator)
+    folders = [_Folder() for _ in evaluators]
+    bad: list[BadLine] = []
+    recent: OrderedDict[str, None] = OrderedDict()
+    events = duplicates = 0
+    batch: list[Event] = []
+    clock = float("-inf")
+
+    def flush(tick: float | None = None) -> None:
+        for evaluator, folder in zip(evaluators, folders, strict=True):
+            for match in evaluator.evaluate(batch) + (evaluator.tick(tick) if tick is not None else []):
+                folder.add(match)
+        batch.clear()
+
+    try:
+        stream = Path(path).open("rb")
+    except OSError as exc:
+        raise BacktestError(f"{path}: cannot read events: {exc.strerror or exc}") from exc
+    with stream:
+        for item in read_events(stream, on_bytes):
+            if isinstance(item, BadLine):
+                bad.append(item)
+                continue
+            if item.id in recent:
+                duplicates += 1
+                continue
+            recent[item.id] = None
+            if len(recent) > _RECENT_IDS:
+                recent.popitem(last=False)
+            events += 1
+            if item.timestamp >= clock + _TICK_S:
+                # Check absences at this event's time before it arrives: a silence it ends still counts.
+                flush(item.timestamp)
+                clock = item.timestamp
+            batch.append(item)
+            if len(batch) >= _BATCH:
+                flush()
+    flush()
+    return tuple(BacktestResult(events, duplicates, tuple(f.folded.values()), tuple(bad)) for f in folders)
+
+
+def compare(base: BacktestResult, candidate: BacktestResult) -> Comparison:
+    """Which (rule, group key) violations the candidate raises that the base does not, and the reverse."""
+    base_keys = {v.key for v in base.violations}
+    candidate_keys = {v.key for v in candidate.violations}
+    return Comparison(
+        added=tuple(v for v in candidate.violations if v.key not in base_keys),
+        removed=tuple(v for v in base.violations if v.key not in candidate_keys),
+        unchanged=len(base_keys & candidate_keys),
+    )

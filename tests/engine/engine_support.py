@@ -1,0 +1,21 @@
+"""Shared by the engine tests: a fixed start time and rulebook text built from a few rules."""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import UTC, datetime
+
+T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+
+HEADER = """\
+rulebook: {name}
+version: "1"
+description: test rulebook
+slos:
+  token-latency: {{service: serving, sli: itl, objective: "p99 < 200 ms", window: 28d}}
+rules:
+"""
+
+
+def rulebook_text(rules: str, name: str = "t") -> str:
+    return HEADER.format(name=name) + textwrap.indent(textwrap.dedent(rules), "  ")
