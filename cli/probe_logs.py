@@ -36,16 +36,22 @@ def _print(events: list[Event]) -> None:
 @click.option("--journal", is_flag=True, help="Also follow the systemd journal (journalctl -f -o json).")
 @click.option("--kernel", is_flag=True, help="Also follow the kernel log (/dev/kmsg).")
 @click.option("--interval", type=float, default=0.5, show_default=True, help="Seconds between polls.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label put in every event (repeatable), e.g. world_size=2 for the collective-hang analysis.")
 def logs_command(paths: tuple[str, ...], once: bool, fmt: str, host: str | None, job: str | None,
-                 state_file: Path | None, journal: bool, kernel: bool, interval: float) -> None:
+                 state_file: Path | None, journal: bool, kernel: bool, interval: float,
+                 labels: tuple[str, ...]) -> None:
     """Recognize GPU incidents in PATH... (`-` is standard input) and print one JSON event per incident."""
     if not paths and not journal and not kernel:
         raise click.UsageError("give at least one PATH (or -), --journal or --kernel")
     host = host or socket.gethostname()
     state = StateStore(state_file)
+    if any("=" not in label for label in labels):
+        raise click.UsageError("--label takes KEY=VALUE")
+    extra = dict(label.split("=", 1) for label in labels)
 
     def parser(source: str) -> LogParser:
-        return LogParser(ParserSettings(host=host, source=source, job=job, max_line_bytes=MAX_LINE))
+        return LogParser(ParserSettings(host=host, source=source, job=job, max_line_bytes=MAX_LINE, labels=extra))
 
     try:
         files = [FileFollower(Path(p), parser(str(Path(p).resolve())), state, MAX_LINE) for p in paths if p != "-"]

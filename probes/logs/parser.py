@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +12,8 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuslo.engine.events import MESSAGE_MAX, Event
-from gpuslo.probes.logs.patterns import FAMILIES, NEW_RECORD, TRIGGER, Family, Found
+from gpuslo.probes.logs.patterns import FAMILIES, NEW_RECORD, TRIGGER, TRIGGER_WORDS, Family, Found
+from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.prefixes import Line, normalise, segments
 
 # One incident is often printed again within a few lines (a C++ log line, then the Python exception, then
@@ -21,6 +23,7 @@ _SAME_INCIDENT: dict[str, tuple[str, ...]] = {
     "cuda_graph_error": ("error_name",), "nccl_timeout": ("op", "seq"), "nccl_error": ("error_name",),
     "gpu_xid": ("xid", "pci_bus"),
 }
+_PREFILTER = Prefilter(TRIGGER_WORDS, TRIGGER)  # immutable once built; sharing it between parsers is safe
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,11 @@ class _Pending:
 class LogParser:
     """Feed lines (bytes with their byte offset); get events. One parser per source."""
 
-    def __init__(self, settings: ParserSettings, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    def __init__(self, settings: ParserSettings, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 prefilter: Prefilter | None = None):
         self._settings = settings
         self._clock = clock
+        self._prefilter = prefilter or _PREFILTER
         self._pending: _Pending | None = None
         self._recent: deque[tuple[int, int | None, tuple[Any, ...]]] = deque()
 
@@ -69,17 +74,18 @@ class LogParser:
             events.extend(self._line(normalise(part), offset, where if index == 0 else f"{where}.{index}"))
         return events
 
-    def scan(self, buf: bytes, base: int) -> list[Event]:
-        """Every newline-terminated line of `buf` (which starts at offset `base`), skipping lines that no
-        family could start with; the caller keeps any unterminated tail."""
+    def scan(self, buf: bytes, base: int, start: int = 0) -> list[Event]:
+        """Every newline-terminated line of `buf[start:]` (`buf` starts at offset `base`), skipping lines that
+        no family could start with; the caller keeps any unterminated tail."""
         events: list[Event] = []
-        pos, end = 0, buf.rfind(b"\n") + 1
+        pos, end = start, buf.rfind(b"\n") + 1
+        starts = self._prefilter.starts(buf, start, end)
         while pos < end:
             if self._pending is None:
-                match = TRIGGER.search(buf, pos, end)
-                if match is None:
+                index = bisect_left(starts, pos)
+                if index == len(starts):
                     break
-                pos = max(pos, buf.rfind(b"\n", pos, match.start()) + 1)
+                pos = max(pos, buf.rfind(b"\n", pos, starts[index]) + 1)
             stop = buf.find(b"\n", pos, end) + 1
             events.extend(self.feed(buf[pos:stop], base + pos))
             pos = stop

@@ -19,7 +19,13 @@ from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, SIZE, cuda_stat
 TRIGGER = re.compile(
     rb"U(?:DA|BLAS| is lost| has fallen)|_(?:EXHAUSTED|bfc\) ran out)|W(?:atchdog|orkNCCL)|H(?:eartbeat|C)"
     rb"|L (?:error|WARN|communicator)|vailable memory for|V(?:RM| cache is needed)|'s watchdog"
-    rb"|Error(?:StreamCapture|CapturedEvent)|M(?:emoryError| when allocating)")
+    rb"|Error(?:StreamCapture|CapturedEvent)|M(?:emoryError| when allocating)|Timed out waiting")
+# TRIGGER spelled out word by word, for the one-pass automaton (probes/logs/prefilter.py); a test keeps the two equal.
+TRIGGER_WORDS: tuple[bytes, ...] = (
+    b"UDA", b"UBLAS", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog", b"WorkNCCL",
+    b"Heartbeat", b"HC", b"L error", b"L WARN", b"L communicator", b"vailable memory for", b"VRM",
+    b"V cache is needed", b"'s watchdog", b"ErrorStreamCapture", b"ErrorCapturedEvent", b"MemoryError",
+    b"M when allocating", b"Timed out waiting")
 
 
 @dataclass(frozen=True)
@@ -273,6 +279,14 @@ def _nccl_warn(text: str) -> Found | None:
     return None
 
 
+def _gloo_timeout(text: str) -> Found:
+    # Gloo names the transport operation that waited (recv/send), not the collective, nor a sequence number.
+    op = re.search(r"for\s*(\w+)\s*operation", text)
+    return Found("nccl_timeout", _clean({"op": f"gloo:{op.group(1)}" if op else None,
+                                         "timeout_ms": _int(r"waiting\s*(\d+)\s*ms", text)}),
+                 rank=_first_rank(text))
+
+
 def _comm_abort(text: str) -> Found | None:
     if "Watchdog caught" in text:
         return _watchdog(text)
@@ -321,6 +335,7 @@ FAMILIES: tuple[Family, ...] = (
            complete=_c(r"before\s*timing\s*out"), max_lines=4),
     Family("nccl_heartbeat", _c(r"Heartbeat monitor timed out|[Ww]atchdog got stuck for"), _heartbeat),
     Family("nccl_comm_abort", _c(r"communicator was aborted on rank"), _comm_abort),
+    Family("gloo_timeout", _c(r"Timed out waiting \d+ms for \w+ operation to complete"), _gloo_timeout),
     Family("nccl_error", _c(r"NCCL error(?: in:|:)"), _nccl_block, complete=_c(r"Last error:\s*\n\s*\S"),
            max_lines=5, joiner="\n", accept=_c(r"^\s*(?:nccl\w*\s*:|Last error:)")),
     Family("nccl_warn", _c(r"NCCL WARN "), _nccl_warn),

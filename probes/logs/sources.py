@@ -48,11 +48,20 @@ class LineAssembler:
             self._skipping = False
             self._tail_at += newline + 1
             data = data[newline + 1:]
+        newline = data.find(b"\n") if self._tail else -1
+        if newline >= 0:  # finish the carried line on its own: gluing it to the chunk would copy the chunk
+            events.extend(self.parser.scan(self._tail + data[: newline + 1], self._tail_at))
+            self._tail_at += len(self._tail)
+            self._tail = b""
         buf = self._tail + data if self._tail else data
-        events.extend(self.parser.scan(buf, self._tail_at))
+        events.extend(self.parser.scan(buf, self._tail_at, newline + 1))
         cut = buf.rfind(b"\n") + 1
-        self._tail_at += cut
-        self._tail = buf[cut:]
+        if cut > 0:
+            self._tail_at += cut
+            self._tail = buf[cut:]
+        else:
+            self._tail_at += newline + 1
+            self._tail = buf[newline + 1:]
         if len(self._tail) > self._max:  # keep the head, drop the rest of this line
             events.extend(self.parser.feed(self._tail[: self._max], self._tail_at))
             self._tail_at += len(self._tail)
