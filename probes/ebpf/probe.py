@@ -74,7 +74,8 @@ class CudaProbe:
 
     def __init__(self, libraries: LibrarySet, host: str, pids: Iterable[int] | None = None, *,
                  send_success: bool = False, ringbuf_pages: int = 64, gpu_resolver: GpuResolver | None = None,
-                 extra_objects: tuple[str, ...] = (), preflight_paths: PreflightPaths | None = None):
+                 extra_objects: tuple[str, ...] = (), preflight_paths: PreflightPaths | None = None,
+                 report_nested: bool = False):
         self.libraries = libraries
         self.host = host
         self._pids = None if pids is None else set(pids)
@@ -83,6 +84,10 @@ class CudaProbe:
         self._gpus = gpu_resolver or GpuResolver()
         self._extra = extra_objects
         self._preflight_paths = preflight_paths or PreflightPaths()
+        # A failed cudaMalloc also reports the cuMemAlloc_v2 it called (depth 1): one incident, not two, so nested
+        # failures are counted but not sent unless asked for (the H200 run saw a single torch OOM become four).
+        self._report_nested = report_nested
+        self.nested_failures = 0
         self._bpf: Any = None
         self._pending: list[bytes] = []
         self._wall_offset_ns = 0
@@ -161,6 +166,9 @@ class CudaProbe:
         for record in self.poll_records(timeout):
             if record.func_id >= len(FUNCTIONS):
                 log.warning("eBPF probe: record for unknown function id %d dropped", record.func_id)
+                continue
+            if record.depth > 0 and not self._report_nested:
+                self.nested_failures += record.ret != 0
                 continue
             gpu = self._gpus.gpu_of(record.pid)
             event = to_event(record, FUNCTIONS[record.func_id], self.host, self._wall_offset_ns, gpu)

@@ -19,6 +19,7 @@ from gpuslo.probes.ebpf.gpu_resolve import GpuResolver
 def _probe(build: FakeBuild, **kwargs) -> CudaProbe:
     lib = str(build.lib)
     libs = kwargs.pop("libraries", LibrarySet(cuda=lib, cudart=lib, nccl=lib))
+    kwargs.setdefault("report_nested", True)  # these tests assert the nesting itself
     return CudaProbe(libs, "node-7", pids=(), gpu_resolver=GpuResolver(nvml=None), **kwargs)
 
 
@@ -90,6 +91,19 @@ def test_failed_cudamalloc_reports_inner_driver_call_and_outer_runtime_call(prob
     assert outer.attrs["duration_us"] >= inner.attrs["duration_us"] > 0
     assert outer.time >= inner.time
     assert "requesting 2199023255552 bytes (2.0 TiB)" in outer.message
+
+
+@requires_bpf
+def test_by_default_a_nested_failure_is_counted_not_sent(fake_build, app_runner):
+    probe = _probe(fake_build, report_nested=False)
+    probe.start()
+    try:
+        run_watched(probe, app_runner, f"cudaMalloc:{2 * TIB}")
+        (event,) = collect(probe, 1)
+        assert summary(event) == ("cudaMalloc", "cuda_oom", 2, "cudaErrorMemoryAllocation", 2 * TIB, "0")
+        assert probe.nested_failures == 1
+    finally:
+        probe.close()
 
 
 @requires_bpf
