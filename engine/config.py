@@ -27,6 +27,19 @@ class Settings:
     secret_key: str = field(default="", repr=False)
     page_size: int = 50
     public_url: str = "http://127.0.0.1:8080"
+    alerts_config: Path | None = None
+    # Access control and audit (docs/configuration.md#access-control).
+    auth_required: bool = True
+    auth_proxy_header: str = ""
+    auth_proxy_role_header: str = ""
+    auth_proxy_default_role: str = "viewer"
+    secret_key_file: Path = Path("var/secret_key")
+    session_cookie_secure: bool = False
+    session_hours: float = 12.0
+    login_failures_per_minute: int = 5
+    ingest_requests_per_second: float = 50.0
+    ingest_burst: int = 200
+    event_retention_days: int = 30
 
     def with_overrides(self, **changes: object) -> Settings:
         """A copy with some fields replaced (used by the CLI and tests)."""
@@ -43,8 +56,8 @@ def _coerce(name: str, raw: object, target: object) -> object:
             if isinstance(raw, bool):
                 return raw
             return str(raw).strip().lower() in {"1", "true", "yes", "on"}
-        if isinstance(target, Path):
-            return Path(str(raw))
+        if isinstance(target, Path) or (target is None and name.lower().endswith("alerts_config")):
+            return Path(str(raw))  # alerts_config defaults to None, so its type cannot come from the default
         return kind(raw)  # type: ignore[call-arg]
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"setting {name!r}: cannot read {raw!r} as {kind.__name__}: {exc}") from exc

@@ -80,6 +80,18 @@ class ConflictError(StoreError):
     """An idempotency key was reused with a different body."""
 
 
+class NotFoundError(StoreError):
+    """The violation or silence asked for does not exist."""
+
+
+class InvalidTransition(StoreError):
+    """A lifecycle action is not allowed in the violation's or silence's current state (HTTP 409)."""
+
+
+class InvalidSilence(StoreError):
+    """A silence was refused: unknown matcher, empty matchers, or an end before its start (HTTP 400)."""
+
+
 class EngineError(GpusloError):
     """The rules engine failed or is overloaded."""
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import Template, TemplateError
 
+from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
 from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import (
@@ -30,6 +30,7 @@ from gpuslo.engine.rulebook.model import (
     Rulebook,
     SingleEvent,
 )
+from gpuslo.engine.templates import summary_environment
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 log = logging.getLogger(__name__)
@@ -169,11 +170,18 @@ class SummaryRenderer:
     """Renders rule summaries in a Jinja2 sandbox; a failed render falls back to a default sentence."""
 
     def __init__(self) -> None:
-        self._env = ImmutableSandboxedEnvironment(autoescape=False, finalize=lambda v: "?" if v is None else v)
+        self._env = summary_environment()
+        self._templates: dict[str, Template] = {}  # compiled once per summary text
 
-    def render(self, rule: Rule, event: Event, group: Mapping[str, Any]) -> str:
+    def render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event] = ()) -> str:
         try:
-            text = self._env.from_string(rule.summary).render(event=event.to_dict(), group=dict(group))
+            template = self._templates.get(rule.summary)
+            if template is None:
+                template = self._templates[rule.summary] = self._env.from_string(rule.summary)
+            # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
+            hang = analyze_hang(evidence) if "collective" in rule.summary else None
+            text = template.render(event=event.to_dict(), group=dict(group),
+                                   collective=hang.to_dict() if hang else None)
             return " ".join(text.split()) or self.fallback(rule, group)
         except (TemplateError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             log.warning("summary of rule %s failed to render (%s); using the default text", rule.id, exc)
@@ -182,6 +190,13 @@ class SummaryRenderer:
     @staticmethod
     def fallback(rule: Rule, group: Mapping[str, Any]) -> str:
         return f"{rule.title} ({group_key(group)})"
+
+
+def lifecycle_fields(rule: Rule) -> dict[str, Any]:
+    """The Match fields that carry the rule's repeat, flap and resolve options."""
+    options = rule.lifecycle
+    return {"repeat_interval_s": options.repeat_interval_s, "flap_window_s": options.flap_window_s,
+            "resolve_after_s": options.resolve_after_s}
 
 
 def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], renderer: SummaryRenderer) -> Match:
@@ -202,9 +217,9 @@ def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], ren
         rule_id=rule.id, rule_title=rule.title, rulebook=rulebook.name, rulebook_version=rulebook.version,
         rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
         severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
-        summary=renderer.render(rule, summary_event, group), remediation=rule.remediation,
+        summary=renderer.render(rule, summary_event, group, ordered), remediation=rule.remediation,
         runbook=rule.runbook, explanation=Explanation(tuple(conditions), tuple(ordered), causal_chain(ordered)),
-        seen_at=ordered[-1].time, labels=rule.labels,
+        seen_at=ordered[-1].time, labels=rule.labels, **lifecycle_fields(rule),
     )
 
 
@@ -225,7 +240,8 @@ def build_absence_match(rulebook: Rulebook, rule: Rule, last: Event, silence_s: 
         rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
         severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
         summary=renderer.render(rule, last, group), remediation=rule.remediation, runbook=rule.runbook,
-        explanation=Explanation((condition,), (last,), causal_chain([last])), seen_at=seen, labels=rule.labels)
+        explanation=Explanation((condition,), (last,), causal_chain([last])), seen_at=seen, labels=rule.labels,
+        **lifecycle_fields(rule))
 
 
 __all__ = ["SingleEvent", "SummaryRenderer", "build_match", "causal_chain", "describe_event", "text_test"]

@@ -59,7 +59,10 @@ class Explanation:
 
 @dataclass(frozen=True)
 class Match:
-    """A rule fired for a group key; the store folds matches of one rule and key into one violation."""
+    """A rule fired for a group key; the store folds matches of one rule and key into one violation.
+
+    The last three fields carry the rule's lifecycle options (see gpuslo.engine.incidents).
+    """
 
     rule_id: str
     rule_title: str
@@ -77,3 +80,6 @@ class Match:
     explanation: Explanation
     seen_at: datetime
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    repeat_interval_s: float = 4 * 3600.0
+    flap_window_s: float = 600.0
+    resolve_after_s: float | None = None

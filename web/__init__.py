@@ -27,6 +27,7 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
     configure_app(app, settings)
     configure_logging(app)
     configure_core(app, settings, core)
+    configure_access(app, settings)
     register_blueprints(app)
     register_error_handlers(app)
     register_security_headers(app)
@@ -36,7 +37,6 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
 def configure_app(app: Flask, settings: Settings) -> None:
     # Werkzeug enforces this on Content-Length and on streamed (chunked) bodies alike.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.config["SECRET_KEY"] = settings.secret_key or None
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the documented field order
 
 
@@ -56,14 +56,33 @@ def configure_core(app: Flask, settings: Settings, core: Gpuslo | None) -> None:
     app.extensions[EXTENSION] = core
 
 
+def configure_access(app: Flask, settings: Settings) -> None:
+    """Sessions, then authentication, authorization, CSRF and rate limits on every request (docs/security.md)."""
+    from gpuslo.web.access import init_app
+    from gpuslo.web.sessions import configure_sessions
+
+    configure_sessions(app, settings)
+    init_app(app, settings)
+
+
 def register_blueprints(app: Flask) -> None:
+    from gpuslo.web.admin_api import admin_api
     from gpuslo.web.api import api
+    from gpuslo.web.audit_views import audit_ui
+    from gpuslo.web.auth_views import auth
+    from gpuslo.web.incidents_api import incidents_api
+    from gpuslo.web.incidents_ui import incidents_ui
     from gpuslo.web.ops import ops
     from gpuslo.web.ui import ui
 
     app.register_blueprint(api)
+    app.register_blueprint(incidents_api)
     app.register_blueprint(ops)
     app.register_blueprint(ui)
+    app.register_blueprint(incidents_ui)
+    app.register_blueprint(auth)
+    app.register_blueprint(audit_ui)
+    app.register_blueprint(admin_api)
 
 
 def register_error_handlers(app: Flask) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException, InternalServerError, MethodNotAllowed
 
-from gpuslo.engine.errors import GpusloError
+from gpuslo.engine.errors import GpusloError, InvalidSilence, InvalidTransition, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,18 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(RequestError)
     def _request_error(exc: RequestError) -> Response:
         return error_response(exc)
+
+    @app.errorhandler(InvalidTransition)
+    def _invalid_transition(exc: InvalidTransition) -> Response:
+        return error_response(RequestError(409, "invalid_transition", str(exc)))
+
+    @app.errorhandler(NotFoundError)
+    def _not_found(exc: NotFoundError) -> Response:
+        return error_response(RequestError(404, "not_found", str(exc)))
+
+    @app.errorhandler(InvalidSilence)
+    def _invalid_silence(exc: InvalidSilence) -> Response:
+        return error_response(RequestError(400, "invalid_silence", str(exc)))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:

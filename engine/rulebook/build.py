@@ -13,6 +13,7 @@ from gpuslo.engine.rulebook.model import (
     Correlation,
     Count,
     EventPattern,
+    Lifecycle,
     Rule,
     Rulebook,
     SingleEvent,
@@ -84,7 +85,19 @@ class _Builder:
             description=obj.get("description", ""),
             runbook=obj.get("runbook"),
             labels=MappingProxyType(dict(obj.get("labels") or {})),
+            lifecycle=_lifecycle(obj),
         )
+
+
+def _lifecycle(obj: dict[str, Any]) -> Lifecycle:
+    """`repeat_interval`, `flap_window` and `resolve.after` of a rule, defaults where absent."""
+    defaults = Lifecycle()
+    after = (obj.get("resolve") or {}).get("after")
+    return Lifecycle(
+        repeat_interval_s=parse_duration(obj.get("repeat_interval") or f"{defaults.repeat_interval_s}s"),
+        flap_window_s=parse_duration(obj.get("flap_window") or f"{defaults.flap_window_s}s"),
+        resolve_after_s=None if after is None else parse_duration(after),
+    )
 
 
 def build_rulebook(doc: Document, source: str) -> Rulebook:

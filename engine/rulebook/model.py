@@ -148,6 +148,15 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class Lifecycle:
+    """How a rule's violations repeat, flap and resolve (`repeat_interval`, `flap_window`, `resolve.after`)."""
+
+    repeat_interval_s: float = 4 * 3600.0
+    flap_window_s: float = 600.0
+    resolve_after_s: float | None = None  # None: only a human resolves
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     title: str
@@ -161,6 +170,7 @@ class Rule:
     description: str = ""
     runbook: str | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    lifecycle: Lifecycle = Lifecycle()
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,17 @@ from typing import Any
 import jinja2
 import jinja2.meta
 import jsonschema
-from jinja2.sandbox import SandboxedEnvironment
 
 from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.events import ENVELOPE_FIELDS, KIND_ATTRS, KINDS, field_type
 from gpuslo.engine.rulebook.expr import KEYWORDS, parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.templates import summary_environment
 from gpuslo.engine.units import parse_duration
 
 MAX_WITHIN_S = 86400.0  # the runtime keeps correlation state this long at most
-TEMPLATE_NAMES = ("event", "group")
+MAX_LIFECYCLE_S = 7 * 86400.0  # repeat_interval, flap_window and resolve.after
+TEMPLATE_NAMES = ("event", "group", "collective")  # collective: gpuslo.engine.collectives, None if no hang
 _NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit"
 _JSON_TYPE_WORDS = {
     "string": "a string",
@@ -311,14 +312,16 @@ def _template_problems(
 ) -> Iterator[RulebookProblem]:
     if not isinstance(text, str):
         return
+    env = summary_environment()
     try:
-        tree = SandboxedEnvironment().parse(text)
-    except jinja2.TemplateSyntaxError as exc:
-        yield RulebookProblem(
-            doc.at(path), f"summary template: {exc.message} (template line {exc.lineno})", rule
-        )
+        tree = env.parse(text)
+        undeclared = jinja2.meta.find_undeclared_variables(tree)  # also checks that every filter exists
+    except jinja2.TemplateError as exc:  # syntax errors, and assertions such as an unknown filter
+        line = getattr(exc, "lineno", None)
+        where = f" (template line {line})" if line else ""
+        yield RulebookProblem(doc.at(path), f"summary template: {exc.message}{where}", rule)
         return
-    for name in sorted(jinja2.meta.find_undeclared_variables(tree) - set(TEMPLATE_NAMES)):
+    for name in sorted(undeclared - set(TEMPLATE_NAMES)):
         yield RulebookProblem(
             doc.at(path),
             f"summary template uses unknown variable '{name}' (known: {', '.join(TEMPLATE_NAMES)})",
@@ -348,6 +351,11 @@ def _rule_problems(
         )
     yield from _when_problems(ctx, (*path, "when"), rule.get("when"), rid, rule.get("group_by"))
     yield from _template_problems(doc, (*path, "summary"), rule.get("summary"), rid)
+    resolve = rule.get("resolve") if isinstance(rule.get("resolve"), dict) else {}
+    lifecycle = {("repeat_interval",): rule.get("repeat_interval"), ("flap_window",): rule.get("flap_window"),
+                 ("resolve", "after"): resolve.get("after")}
+    for where, value in lifecycle.items():
+        yield from _duration_problem(doc, (*path, *where), value, rid, MAX_LIFECYCLE_S)
 
 
 def semantic_problems(doc: Document) -> list[RulebookProblem]:

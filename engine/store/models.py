@@ -7,8 +7,10 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -36,7 +38,8 @@ EVIDENCE_KEEP_FIRST = 20
 
 # Kept in step with gpuslo.engine.violations.STATUSES; a test checks it.
 STATUS_CHECK = "status IN ('open', 'acknowledged', 'resolved')"
-ACTION_CHECK = "action IN ('created', 'folded', 'acknowledged', 'resolved', 'reopened')"
+ACTIONS = ("created", "folded", "acknowledged", "resolved", "reopened", "commented")
+ACTION_CHECK = "action IN (" + ", ".join(f"'{a}'" for a in ACTIONS) + ")"
 ACTIVE_WHERE = "status <> 'resolved'"
 LOADED_WHERE = "error IS NULL"
 
@@ -125,6 +128,19 @@ class ViolationRow(Base):
     labels: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # Lifecycle (migration 0002); see gpuslo.engine.incidents for what each one decides.
+    # The latest match, or a human reopen: auto-resolve counts from here (NULL only on rows from before 0002).
+    quiet_since: Mapped[datetime | None]
+    last_notified_at: Mapped[datetime | None]  # the latest notification-worthy change (trigger or repeat)
+    acknowledged_at: Mapped[datetime | None]
+    acknowledged_by: Mapped[str | None] = mapped_column(String(200))
+    resolved_at: Mapped[datetime | None]
+    resolved_by: Mapped[str | None] = mapped_column(String(200))
+    flaps: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    flapping: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    repeat_interval_s: Mapped[float] = mapped_column(Float, server_default=text("14400"))
+    flap_window_s: Mapped[float] = mapped_column(Float, server_default=text("600"))
+    resolve_after_s: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (
         CheckConstraint(STATUS_CHECK, name="status"),
@@ -136,6 +152,7 @@ class ViolationRow(Base):
         Index("ix_violations_severity", "severity"),
         Index("ix_violations_host", "host"),
         Index("ix_violations_slo", "slo"),
+        Index("ix_violations_rule_id_group_key_resolved_at", "rule_id", "group_key", "resolved_at"),
     )
 
 
@@ -189,8 +206,32 @@ class HistoryRow(Base):
     action: Mapped[str] = mapped_column(String(16))
     actor: Mapped[str] = mapped_column(String(200))
     detail: Mapped[dict[str, Any]]
+    status_before: Mapped[str | None] = mapped_column(String(16))
+    status_after: Mapped[str | None] = mapped_column(String(16))
+    source: Mapped[str | None] = mapped_column(String(64))  # the client address of a human or API action
+    comment: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint(ACTION_CHECK, name="action"),
         Index("ix_violation_history_violation_id_at", "violation_id", "at"),
+    )
+
+
+class SilenceRow(Base):
+    """Mutes notifications of violations whose fields equal every matcher, from starts_at until ends_at."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    matchers: Mapped[dict[str, Any]]
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime]
+    author: Mapped[str] = mapped_column(String(200))
+    comment: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    expired_at: Mapped[datetime | None]
+    expired_by: Mapped[str | None] = mapped_column(String(200))
+
+    __table_args__ = (
+        Index("ix_silences_expired_at_ends_at", "expired_at", "ends_at"),
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import ColumnElement, Select, delete, func, select, text, update
@@ -21,6 +20,7 @@ from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
 from gpuslo.engine.store.db import describe_error
+from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
 from gpuslo.engine.store.models import (
     EVIDENCE_KEEP_FIRST,
     EVIDENCE_LIMIT,
@@ -31,9 +31,9 @@ from gpuslo.engine.store.models import (
     RulebookVersionRow,
     ViolationRow,
 )
+from gpuslo.engine.store.rows import append_history, history_entry, require_aware, violation_fields, violation_view
 from gpuslo.engine.store.views import (
     EventFilter,
-    HistoryEntry,
     Page,
     RulebookVersionView,
     StoredEvent,
@@ -49,7 +49,6 @@ R = TypeVar("R")
 # Rows per INSERT or IN (...) list: well under SQLite's and PostgreSQL's bound-parameter limits.
 _CHUNK = 500
 ACTIVE_STATUSES = ("open", "acknowledged")
-ENGINE_ACTOR = "engine"
 
 
 def _operation(function: Callable[P, R]) -> Callable[P, R]:
@@ -73,11 +72,6 @@ def _insert(session: Session) -> Any:
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
-def _require_aware(moment: datetime, what: str) -> None:
-    if moment.tzinfo is None:
-        raise StoreError(f"{what}: naive datetime {moment.isoformat()}; give a timezone-aware time")
-
-
 def _check_page(operation: str, page: int, page_size: int) -> None:
     if page < 1 or not 1 <= page_size <= 1000:
         raise StoreError(f"{operation}: page must be >= 1 and page_size within 1..1000, "
@@ -91,7 +85,7 @@ def _check_page(operation: str, page: int, page_size: int) -> None:
 def store_events(session: Session, events: Sequence[Event], *, now: datetime | None = None) -> list[str]:
     """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict."""
     received_at = now or datetime.now(UTC)
-    _require_aware(received_at, "store_events")
+    require_aware(received_at, "store_events")
     hashes = [event.body_hash() for event in events]
     first: dict[str, int] = {}
     for index, event in enumerate(events):
@@ -144,7 +138,7 @@ def unprocessed_events(session: Session, limit: int) -> list[Event]:
 @_operation
 def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
     """Record that the engine has evaluated these events."""
-    _require_aware(at, "mark_processed")
+    require_aware(at, "mark_processed")
     for chunk in _chunks(list(ids)):
         session.execute(update(EventRow).where(EventRow.id.in_(chunk)).values(processed_at=at))
 
@@ -181,29 +175,36 @@ def _paged(session: Session, query: Select[Any], conditions: Sequence[ColumnElem
 
 @_operation
 def record_match(session: Session, match: Match, *, now: datetime) -> ViolationView:
-    """Fold a match into the unresolved violation of its rule and group key, or open a new one."""
-    _require_aware(now, "record_match: now")
-    _require_aware(match.seen_at, "record_match: match.seen_at")
+    """Fold a match into the unresolved violation of its rule and group key, reopen the one resolved within the
+    rule's flap window, or open a new one. The view's `notify` says what receivers should get."""
+    require_aware(now, "record_match: now")
+    require_aware(match.seen_at, "record_match: match.seen_at")
     evidence_ids = list(dict.fromkeys(event.id for event in match.explanation.evidence))
     _require_stored(session, evidence_ids)
     row = _active_violation(session, match.rule_id, match.group_key)
-    if row is None:
+    reopened = reopen_for_match(session, match, now) if row is None else None
+    if reopened is not None:
+        row, detail = reopened
+        action, before, notify = "reopened", "resolved", detail["notify"]
+    elif row is None:
         row = _try_create(session, match, now)
-        if row is None:  # a concurrent writer created it first: fold into theirs
-            row = _active_violation(session, match.rule_id, match.group_key)
-            if row is None:
-                raise StoreError(f"record_match: {match.rule_id!r} {match.group_key!r}: violation vanished")
-        else:
+        if row is not None:
             added = _add_evidence(session, row.id, evidence_ids, now)
-            _append_history(session, row.id, now, "created", {"seen_at": format_time(match.seen_at),
-                                                              "evidence": added})
-            return _violation_view(row)
+            append_history(session, row.id, now, "created", {"seen_at": format_time(match.seen_at),
+                                                             "evidence": added}, after="open")
+            return violation_view(row, "trigger")
+        row = _active_violation(session, match.rule_id, match.group_key)  # a concurrent writer created it
+        if row is None:
+            raise StoreError(f"record_match: {match.rule_id!r} {match.group_key!r}: violation vanished")
+    if reopened is None:
+        action, before, detail, notify = "folded", row.status, {}, fold_notification(row, now)
     _fold(row, match, now)
     added = _add_evidence(session, row.id, evidence_ids, now)
-    _append_history(session, row.id, now, "folded", {"seen_at": format_time(match.seen_at),
-                                                     "occurrences": row.occurrences, "evidence": added})
+    append_history(session, row.id, now, action, {"seen_at": format_time(match.seen_at),
+                                                  "occurrences": row.occurrences, "evidence": added, **detail},
+                   before=before, after=row.status)
     session.flush()
-    return _violation_view(row)
+    return violation_view(row, notify)
 
 
 def _require_stored(session: Session, ids: Sequence[str]) -> None:
@@ -229,7 +230,8 @@ def _place(match: Match) -> tuple[str | None, int | None]:
 
 
 _LATEST_FIELDS = ("rule_title", "rulebook", "rulebook_version", "rulebook_hash", "slo", "slo_objective",
-                  "severity", "summary", "remediation", "runbook")
+                  "severity", "summary", "remediation", "runbook", "repeat_interval_s", "flap_window_s",
+                  "resolve_after_s")
 
 
 def _latest_fields(match: Match) -> dict[str, Any]:
@@ -243,7 +245,7 @@ def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow |
     row = ViolationRow(
         rule_id=match.rule_id, group_key=match.group_key, group=dict(match.group), status="open",
         first_seen=match.seen_at, last_seen=match.seen_at, occurrences=1, created_at=now, updated_at=now,
-        **_latest_fields(match),
+        quiet_since=now, last_notified_at=now, flaps=0, flapping=False, **_latest_fields(match),
     )
     try:
         with session.begin_nested():
@@ -260,7 +262,7 @@ def _fold(row: ViolationRow, match: Match, now: datetime) -> None:
     row.last_seen = max(row.last_seen, match.seen_at)
     for name, value in _latest_fields(match).items():
         setattr(row, name, value)
-    row.updated_at = now
+    row.updated_at = row.quiet_since = now
 
 
 def _add_evidence(session: Session, violation_id: int, event_ids: Sequence[str], now: datetime) -> list[str]:
@@ -291,29 +293,6 @@ def _add_evidence(session: Session, violation_id: int, event_ids: Sequence[str],
     return new_ids
 
 
-def _append_history(session: Session, violation_id: int, at: datetime, action: str, detail: dict[str, Any],
-                    actor: str = ENGINE_ACTOR) -> None:
-    session.add(HistoryRow(violation_id=violation_id, at=at, action=action, actor=actor, detail=detail))
-    session.flush()
-
-
-def _violation_fields(row: ViolationRow) -> dict[str, Any]:
-    return {
-        "id": row.id, "rule_id": row.rule_id, "rule_title": row.rule_title, "rulebook": row.rulebook,
-        "rulebook_version": row.rulebook_version, "rulebook_hash": row.rulebook_hash, "slo": row.slo,
-        "slo_objective": row.slo_objective, "severity": row.severity, "group_key": row.group_key,
-        "group": MappingProxyType(dict(row.group)), "host": row.host, "gpu": row.gpu, "status": row.status,
-        "first_seen": row.first_seen, "last_seen": row.last_seen, "occurrences": row.occurrences,
-        "summary": row.summary, "remediation": row.remediation, "runbook": row.runbook,
-        "explanation": MappingProxyType(dict(row.explanation)), "labels": MappingProxyType(dict(row.labels)),
-        "created_at": row.created_at, "updated_at": row.updated_at,
-    }
-
-
-def _violation_view(row: ViolationRow) -> ViolationView:
-    return ViolationView(**_violation_fields(row))
-
-
 @_operation
 def list_violations(session: Session, filters: ViolationFilter, *, page: int = 1,
                     page_size: int = 50) -> Page[ViolationView]:
@@ -331,7 +310,7 @@ def list_violations(session: Session, filters: ViolationFilter, *, page: int = 1
     newest_first = (ViolationRow.last_seen.desc(), ViolationRow.id.desc())
     query = select(ViolationRow).where(*conditions).order_by(*newest_first)
     rows, total = _paged(session, query, conditions, ViolationRow, page, page_size)
-    return Page(tuple(_violation_view(r) for r in rows), page, page_size, total, page * page_size < total)
+    return Page(tuple(violation_view(r) for r in rows), page, page_size, total, page * page_size < total)
 
 
 @_operation
@@ -348,14 +327,8 @@ def get_violation(session: Session, violation_id: int) -> ViolationDetail | None
         select(HistoryRow).where(HistoryRow.violation_id == violation_id)
         .order_by(HistoryRow.at, HistoryRow.id)
     )
-    return ViolationDetail(
-        **_violation_fields(row),
-        evidence=tuple(parse_event(body) for body in bodies),
-        history=tuple(
-            HistoryEntry(h.id, h.violation_id, h.at, h.action, h.actor, MappingProxyType(dict(h.detail)))
-            for h in history
-        ),
-    )
+    return ViolationDetail(**violation_fields(row), evidence=tuple(parse_event(body) for body in bodies),
+                           history=tuple(history_entry(h) for h in history))
 
 
 @_operation
@@ -375,7 +348,7 @@ def count_violations_by_rule(session: Session) -> dict[str, int]:
 def record_rulebook_load(session: Session, *, name: str, version: str, content_hash: str, path: str,
                          source: str, error: str | None, now: datetime) -> None:
     """Record a load; a successful reload of identical content only moves loaded_at (and path, version)."""
-    _require_aware(now, "record_rulebook_load")
+    require_aware(now, "record_rulebook_load")
     table = RulebookVersionRow.__table__
     values = {"name": name, "version": version, "content_hash": content_hash, "path": path, "source": source,
               "loaded_at": now, "error": error}

@@ -77,6 +77,21 @@ class ViolationView:
     labels: Mapping[str, str]
     created_at: datetime
     updated_at: datetime
+    # Lifecycle; gpuslo.engine.incidents explains each.
+    quiet_since: datetime
+    last_notified_at: datetime | None
+    acknowledged_at: datetime | None
+    acknowledged_by: str | None
+    resolved_at: datetime | None
+    resolved_by: str | None
+    flaps: int
+    flapping: bool
+    repeat_interval_s: float
+    flap_window_s: float
+    resolve_after_s: float | None
+    # What the change that produced this view means for receivers (trigger, repeat, acknowledge, resolve);
+    # None when nothing should be sent or the view was only read. Never stored.
+    notify: str | None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, times as RFC 3339 UTC."""
@@ -101,6 +116,10 @@ class HistoryEntry:
     action: str
     actor: str
     detail: Mapping[str, Any]
+    status_before: str | None = None
+    status_after: str | None = None
+    source: str | None = None
+    comment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +128,25 @@ class ViolationDetail(ViolationView):
 
     evidence: tuple[Event, ...]
     history: tuple[HistoryEntry, ...]
+
+
+@dataclass(frozen=True)
+class SilenceView:
+    """A silence: mutes violations matching every matcher between starts_at and ends_at, unless expired."""
+
+    id: int
+    matchers: Mapping[str, str]
+    starts_at: datetime
+    ends_at: datetime
+    author: str
+    comment: str
+    created_at: datetime
+    expired_at: datetime | None
+    expired_by: str | None
+
+    def active_at(self, now: datetime) -> bool:
+        """True when the silence mutes notifications at `now`."""
+        return self.expired_at is None and self.starts_at <= now < self.ends_at
 
 
 @dataclass(frozen=True)

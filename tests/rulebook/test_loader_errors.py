@@ -145,7 +145,7 @@ def test_requires_checked(rulebook_text: Callable[..., str]) -> None:
 def test_template_unknown_variable(rulebook_text: Callable[..., str]) -> None:
     text = rulebook_text().replace("{{ event.host }}", "{{ evnt.host }}")
     assert text_problems(text) == [
-        "t.yaml:17:14: rule \"r1\": summary template uses unknown variable 'evnt' (known: event, group) "
+        "t.yaml:17:14: rule \"r1\": summary template uses unknown variable 'evnt' (known: event, group, collective) "
         "(did you mean 'event'?)"
     ]
 
@@ -182,3 +182,14 @@ def test_good_rulebook_builds(rulebook_text: Callable[..., str]) -> None:
     assert book.source == text and book.name == "mini" and book.rules[0].group_by == ("host",)
     assert book.rule("r1").location.line == 10
     assert str(book.rules[0].when.pattern.condition) == "requested_bytes >= 1GiB"
+
+
+def test_unknown_summary_filter_is_a_located_problem(tmp_path):
+    from gpuslo.engine.rulebook import check_paths
+
+    source = Path("rules/latency.yaml").read_text()
+    broken = tmp_path / "latency.yaml"
+    broken.write_text(source.replace("summary: >-", "summary: >-\n      {{ event.host | nosuchfilter }}", 1))
+    (problem,) = check_paths([broken])
+    assert "summary template: No filter named 'nosuchfilter'." in str(problem)
+    assert str(problem).startswith(f"{broken}:")

@@ -31,6 +31,7 @@ class FakeCore:
 
     def __post_init__(self) -> None:
         self.database = Database("sqlite:///:memory:")
+        self.database.upgrade()  # the access layer reads users and tokens (none: bootstrap mode on loopback)
         registry = CollectorRegistry()
         self.metrics = SimpleNamespace(
             registry=registry,

@@ -1,0 +1,40 @@
+"""`gpuslo alerts test`: send a test notification through a route and show what each receiver got."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuslo.engine.alerts import load_alerts_config
+from gpuslo.engine.alerts.testsend import send_test
+from gpuslo.engine.errors import ConfigError
+
+
+@click.group("alerts")
+def alerts() -> None:
+    """Work with alert routing and receivers."""
+
+
+@alerts.command("test")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="alerts.yaml (default: the `alerts_config` setting).")
+@click.option("--route", "route_name", default=None, help="Route to test (default: the routes a test alert matches).")
+@click.option("--no-resolve", is_flag=True, help="Send only the trigger, not the resolve that follows it.")
+@click.pass_context
+def alerts_test(ctx: click.Context, config_path: Path | None, route_name: str | None, no_resolve: bool) -> None:
+    """Send a test alert through the routing config; print each receiver's request and answer (secrets as ***)."""
+    settings = ctx.find_root().obj
+    path = config_path or settings.alerts_config
+    if path is None:
+        raise ConfigError("no alerts config: pass --config or set alerts_config / GPUSLO_ALERTS_CONFIG")
+    results = send_test(load_alerts_config(path), route_name=route_name, public_url=settings.public_url,
+                        resolve=not no_resolve)
+    if not results:
+        click.echo("no receiver matched the test alert")
+        ctx.exit(1)
+    for result in results:
+        click.echo(result.describe())
+        click.echo(f"  POST {result.url}")
+        click.echo("  " + result.body[:2000])
+    ctx.exit(0 if all(r.status == "delivered" for r in results) else 1)

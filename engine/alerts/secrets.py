@@ -1,0 +1,54 @@
+"""Secret references (`env:VAR`, `file:/path`) resolved to values that never print themselves."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A resolved secret; `ref` says where it came from, `value` is hidden from repr and str."""
+
+    ref: str
+    value: str = field(repr=False)
+
+    def __str__(self) -> str:
+        return f"Secret({self.ref})"
+
+
+def is_reference(text: str) -> bool:
+    return text.startswith(("env:", "file:"))
+
+
+def resolve(ref: str, environ: Mapping[str, str] | None = None) -> Secret:
+    """The value behind `env:NAME` or `file:/path` (one trailing newline stripped). ValueError says why not."""
+    environ = os.environ if environ is None else environ
+    if ref.startswith("env:"):
+        name = ref[4:]
+        if not name:
+            raise ValueError("'env:' needs a variable name, e.g. env:PAGERDUTY_ROUTING_KEY")
+        if name not in environ or not environ[name]:
+            raise ValueError(f"environment variable {name} is not set (referenced as {ref!r})")
+        return Secret(ref, environ[name])
+    if ref.startswith("file:"):
+        path = Path(ref[5:])
+        try:
+            value = path.read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+        except OSError as exc:
+            raise ValueError(f"cannot read secret file {str(path)!r}: {exc.strerror}") from exc
+        if not value:
+            raise ValueError(f"secret file {str(path)!r} is empty")
+        return Secret(ref, value)
+    raise ValueError("secrets must be references, 'env:VAR' or 'file:/path', never written in the config")
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret value (longest first) replaced by ***."""
+    for value in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text

@@ -1,0 +1,66 @@
+"""Tables of access control and audit: users, API tokens (hashed) and the append-only audit log (migration 0004)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, CheckConstraint, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gpuslo.engine.store.models import Base
+
+ROLE_CHECK = "role IN ('viewer', 'operator', 'admin')"
+
+
+class UserRow(Base):
+    """A human who logs in; only a password hash (werkzeug scrypt/pbkdf2) is stored."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    password_hash: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[datetime]
+    disabled_at: Mapped[datetime | None]
+
+    __table_args__ = (CheckConstraint(ROLE_CHECK, name="role"),)
+
+
+class ApiTokenRow(Base):
+    """An API token: the sha256 of the clear token (shown once at creation), its scopes and its state."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # the first characters, to recognise a token in a list
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class AuditRow(Base):
+    """One human or API action; rows are only ever inserted (retention never touches this table)."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(64))
+    target_type: Mapped[str | None] = mapped_column(String(64))
+    target_id: Mapped[str | None] = mapped_column(String(200))
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    source_ip: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_audit_log_at", "at"),
+        Index("ix_audit_log_actor_at", "actor", "at"),
+        Index("ix_audit_log_action_at", "action", "at"),
+        Index("ix_audit_log_target_type_target_id", "target_type", "target_id"),
+    )

@@ -1,0 +1,81 @@
+"""Rows to frozen views, and the one way to append to a violation's history; shared by the store modules."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from gpuslo.engine.errors import StoreError
+from gpuslo.engine.store.db import describe_error
+from gpuslo.engine.store.models import HistoryRow, SilenceRow, ViolationRow
+from gpuslo.engine.store.views import HistoryEntry, SilenceView, ViolationView
+
+ENGINE_ACTOR = "engine"
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def store_operation(function: Callable[P, R]) -> Callable[P, R]:
+    """Driver errors of `function` come out as StoreError naming it."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except SQLAlchemyError as exc:
+            raise describe_error(function.__name__, exc) from exc
+
+    return wrapper
+
+
+def require_aware(moment: datetime, what: str) -> None:
+    if moment.tzinfo is None:
+        raise StoreError(f"{what}: naive datetime {moment.isoformat()}; give a timezone-aware time")
+
+
+def violation_fields(row: ViolationRow, notify: str | None = None) -> dict[str, Any]:
+    """The ViolationView fields of a row; `notify` is what the change that produced it means for receivers."""
+    return {
+        "id": row.id, "rule_id": row.rule_id, "rule_title": row.rule_title, "rulebook": row.rulebook,
+        "rulebook_version": row.rulebook_version, "rulebook_hash": row.rulebook_hash, "slo": row.slo,
+        "slo_objective": row.slo_objective, "severity": row.severity, "group_key": row.group_key,
+        "group": MappingProxyType(dict(row.group)), "host": row.host, "gpu": row.gpu, "status": row.status,
+        "first_seen": row.first_seen, "last_seen": row.last_seen, "occurrences": row.occurrences,
+        "summary": row.summary, "remediation": row.remediation, "runbook": row.runbook,
+        "explanation": MappingProxyType(dict(row.explanation)), "labels": MappingProxyType(dict(row.labels)),
+        "created_at": row.created_at, "updated_at": row.updated_at,
+        "quiet_since": row.quiet_since or row.updated_at, "last_notified_at": row.last_notified_at,
+        "acknowledged_at": row.acknowledged_at, "acknowledged_by": row.acknowledged_by,
+        "resolved_at": row.resolved_at, "resolved_by": row.resolved_by, "flaps": row.flaps or 0,
+        "flapping": bool(row.flapping), "repeat_interval_s": row.repeat_interval_s,
+        "flap_window_s": row.flap_window_s, "resolve_after_s": row.resolve_after_s, "notify": notify,
+    }
+
+
+def violation_view(row: ViolationRow, notify: str | None = None) -> ViolationView:
+    return ViolationView(**violation_fields(row, notify))
+
+
+def history_entry(row: HistoryRow) -> HistoryEntry:
+    return HistoryEntry(row.id, row.violation_id, row.at, row.action, row.actor, MappingProxyType(dict(row.detail)),
+                        row.status_before, row.status_after, row.source, row.comment)
+
+
+def silence_view(row: SilenceRow) -> SilenceView:
+    return SilenceView(row.id, MappingProxyType(dict(row.matchers)), row.starts_at, row.ends_at, row.author,
+                       row.comment, row.created_at, row.expired_at, row.expired_by)
+
+
+def append_history(session: Session, violation_id: int, at: datetime, action: str, detail: dict[str, Any], *,
+                   actor: str = ENGINE_ACTOR, before: str | None = None, after: str | None = None,
+                   source: str | None = None, comment: str | None = None) -> None:
+    """Append one history line: who did what, the status before and after, and from which address."""
+    session.add(HistoryRow(violation_id=violation_id, at=at, action=action, actor=actor, detail=detail,
+                           status_before=before, status_after=after, source=source, comment=comment))
+    session.flush()

@@ -1,0 +1,223 @@
+"""Who is asking, and may they: bearer tokens, login sessions, a trusted proxy header, and the bootstrap mode.
+
+Every request passes `enforce` (a before_request hook): it resolves the principal, checks the route's
+permission (gpuslo.web.policy), CSRF on state-changing browser requests (gpuslo.web.csrf) and the ingest rate
+limit. Bootstrap: while no user and no token has ever been created, the server answers loopback clients only,
+with every permission, and says so in the UI banner and the log; the first user or token ends it for good.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, g, redirect, request, session, url_for
+from werkzeug.wrappers import Response
+
+from gpuslo.engine.access import ROLES, SCOPES, permissions_of_role, permissions_of_scopes
+from gpuslo.engine.config import Settings
+from gpuslo.engine.errors import GpusloError
+from gpuslo.engine.store import audit, credentials
+from gpuslo.web.context import current_core
+from gpuslo.web.csrf import check_csrf, csrf_token
+from gpuslo.web.errors import RequestError, error_response, wants_json
+from gpuslo.web.policy import PUBLIC, ROUTE_POLICY
+from gpuslo.web.ratelimit import RateLimiter
+
+log = logging.getLogger(__name__)
+STATE = "gpuslo.access"
+BOOTSTRAP, OPEN, TOKEN, SESSION, PROXY = "bootstrap", "open", "token", "session", "proxy"
+ALL_PERMISSIONS = frozenset(SCOPES)
+BOOTSTRAP_HINT = ("no user or token exists yet, so gpuslo answers loopback clients only; create one with "
+                  "`gpuslo users create NAME --role admin` or `gpuslo tokens create`")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller; `via` says how (token, session, proxy) or why not needed (bootstrap, open)."""
+
+    name: str
+    via: str
+    permissions: frozenset[str]
+    role: str | None = None
+    token_id: int | None = None
+
+    @property
+    def actor(self) -> str | None:
+        """The name audit rows and history carry; None in bootstrap/open mode (the request may name one)."""
+        if self.via in (BOOTSTRAP, OPEN):
+            return None
+        return f"token:{self.name}" if self.via == TOKEN else self.name
+
+
+class AccessState:
+    """Per-app access state: the rate limiters and whether credentials were seen (then bootstrap is over)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        per_minute = max(1, settings.login_failures_per_minute)
+        self.login_limiter = RateLimiter(per_minute / 60.0, per_minute)
+        rate = settings.ingest_requests_per_second
+        self.ingest_limiter = RateLimiter(rate, max(1, settings.ingest_burst)) if rate > 0 else None
+        self.credentials_seen = False
+
+    def credentials_exist(self) -> bool:
+        if not self.credentials_seen:
+            with current_core().database.session(readonly=True) as db:
+                self.credentials_seen = credentials.any_credentials(db)
+        return self.credentials_seen
+
+
+def state() -> AccessState:
+    from flask import current_app
+
+    found: AccessState = current_app.extensions[STATE]
+    return found
+
+
+def current_principal() -> Principal | None:
+    return g.get("principal")
+
+
+def current_actor() -> str | None:
+    """The logged-in user or token name; None when the request runs unauthenticated (bootstrap/open)."""
+    principal = current_principal()
+    return principal.actor if principal else None
+
+
+def record_audit(action: str, *, actor: str | None = None, target_type: str | None = None,
+                 target_id: object = None, before: Any = None, after: Any = None, detail: str | None = None) -> None:
+    """One audit row for an action the web layer performs itself (login, logout, failed login)."""
+    with current_core().database.session() as db:
+        audit.record(db, at=_now(), actor=actor or current_actor() or "anonymous", action=action,
+                     target_type=target_type, target_id=target_id, before=before, after=after,
+                     source_ip=request.remote_addr, detail=detail)
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+def _is_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _from_bearer(header: str) -> Principal:
+    scheme, _, clear = header.partition(" ")
+    if scheme.lower() != "bearer" or not clear.strip():
+        raise RequestError(401, "invalid_token", "use the header `Authorization: Bearer <token>`")
+    with current_core().database.session(readonly=True) as db:
+        token = credentials.find_token(db, clear.strip())
+    if token is None:
+        raise RequestError(401, "invalid_token", "the token is unknown or revoked")
+    return Principal(token.name, TOKEN, permissions_of_scopes(token.scopes), token_id=token.id)
+
+
+def _from_session() -> Principal | None:
+    name = session.get("user")
+    if not isinstance(name, str):
+        return None
+    with current_core().database.session(readonly=True) as db:
+        user = credentials.get_user(db, name)
+    if user is None or user.disabled_at is not None:
+        session.clear()  # deleted or disabled since the login: the session ends now
+        return None
+    return Principal(user.name, SESSION, permissions_of_role(user.role), role=user.role)
+
+
+def _from_proxy(settings: Settings) -> Principal | None:
+    name = (request.headers.get(settings.auth_proxy_header) or "").strip()[:200]
+    if not name:
+        return None
+    role = (request.headers.get(settings.auth_proxy_role_header) or "").strip().lower() \
+        if settings.auth_proxy_role_header else ""
+    role = role if role in ROLES else settings.auth_proxy_default_role
+    return Principal(name, PROXY, permissions_of_role(role), role=role)
+
+
+def resolve_principal(access: AccessState) -> Principal | None:
+    """Bearer token, then session, then the proxy header, then open/bootstrap mode; None: nobody."""
+    header = request.headers.get("Authorization")
+    if header:
+        return _from_bearer(header)
+    found = _from_session()
+    if found is None and access.settings.auth_proxy_header:
+        found = _from_proxy(access.settings)
+    if found is not None:
+        return found
+    if not access.settings.auth_required:
+        return Principal("anonymous", OPEN, ALL_PERMISSIONS)
+    if not access.credentials_exist() and _is_loopback(request.remote_addr):
+        return Principal("anonymous", BOOTSTRAP, ALL_PERMISSIONS)
+    return None
+
+
+def _unauthenticated(access: AccessState) -> Response:
+    if request.method == "GET" and not wants_json():
+        return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
+    message = "log in or send `Authorization: Bearer <token>`"
+    if not access.credentials_seen:
+        message = BOOTSTRAP_HINT
+    response = error_response(RequestError(401, "unauthenticated", message))
+    response.headers["WWW-Authenticate"] = 'Bearer realm="gpuslo"'
+    return response
+
+
+def _limit_ingest(access: AccessState, principal: Principal) -> None:
+    limiter = access.ingest_limiter
+    if limiter is None:
+        return
+    key = f"token:{principal.token_id}" if principal.token_id is not None else f"ip:{request.remote_addr}"
+    if not limiter.spend(key):
+        raise RequestError(429, "rate_limited", f"ingest limit reached; retry in {limiter.retry_after(key)} s")
+
+
+def enforce() -> Response | None:
+    """The before_request hook: authenticate, authorize, check CSRF and the ingest rate."""
+    access = state()
+    endpoint = request.endpoint
+    if endpoint is None:
+        return None  # no route: Flask answers 404/405
+    needed = ROUTE_POLICY.get(endpoint)
+    if needed == PUBLIC:
+        try:  # a public route (the health check above all) answers even when the database does not
+            principal = resolve_principal(access)
+        except GpusloError:
+            principal = None
+    else:
+        principal = resolve_principal(access)
+    g.principal = principal
+    if needed is None:
+        log.error("route %s has no access policy: refused (add it to gpuslo.web.policy)", endpoint)
+        raise RequestError(403, "no_policy", "this route has no access policy")
+    if needed != PUBLIC:
+        if principal is None:
+            return _unauthenticated(access)
+        if needed not in principal.permissions:
+            raise RequestError(403, "forbidden", f"this needs the {needed!r} permission")
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        check_csrf(principal.via if principal else None)
+    if endpoint == "api.post_events" and principal is not None:
+        _limit_ingest(access, principal)
+    return None
+
+
+def init_app(app: Flask, settings: Settings) -> None:
+    """Install the access state, the enforcing hook and the template helpers; warn loudly in bootstrap."""
+    access = AccessState(settings)
+    app.extensions[STATE] = access
+    app.before_request(enforce)
+    app.add_template_global(csrf_token)
+    app.context_processor(lambda: {"principal": g.get("principal"), "bootstrap_hint": BOOTSTRAP_HINT})
+    if not settings.auth_required:
+        log.warning("auth_required is false: every client has every permission (never do this on a network)")
+    with app.app_context():
+        if settings.auth_required and not access.credentials_exist():
+            log.warning("BOOTSTRAP MODE: %s", BOOTSTRAP_HINT)

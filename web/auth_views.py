@@ -1,0 +1,72 @@
+"""Login and logout of humans: a form, a password check, a rate limit on failures, an audit row each time."""
+
+from __future__ import annotations
+
+from flask import Blueprint, redirect, render_template, request, session, url_for
+from werkzeug.wrappers import Response
+
+from gpuslo.engine.access import check_password
+from gpuslo.engine.store import credentials
+from gpuslo.web.access import current_principal, record_audit, state
+from gpuslo.web.context import current_core
+from gpuslo.web.csrf import new_csrf_token
+
+auth = Blueprint("auth", __name__)
+MAX_PASSWORD = 1024
+# Checked when the user is unknown, so a wrong name costs as long as a wrong password (no user enumeration).
+_DUMMY_HASH = "scrypt:32768:8:1$gpuslo$" + "0" * 128
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a local path: an open redirect would make the login page a phishing helper."""
+    if target and target.startswith("/") and not target.startswith(("//", "/\\")):
+        return target
+    return url_for("ui.index")
+
+
+def _form(error: str | None = None, status: int = 200, name: str = "") -> tuple[str, int]:
+    return render_template("login.html", error=error, name=name,
+                           next=request.values.get("next", "")), status
+
+
+@auth.route("/login", methods=["GET", "POST"])
+def login() -> Response | tuple[str, int]:
+    return _form() if request.method == "GET" else _attempt()
+
+
+def _attempt() -> Response | tuple[str, int]:
+    name = (request.form.get("username") or "").strip()[:200]
+    password = (request.form.get("password") or "")[:MAX_PASSWORD]
+    limiter = state().login_limiter
+    keys = (f"ip:{request.remote_addr}", f"user:{name.lower()}")
+    if not all(limiter.allowed(key) for key in keys):
+        record_audit("login.failed", actor=name or "(empty)", target_type="user", target_id=name or None,
+                     detail="rate limited")
+        page, _ = _form("Too many failed logins; wait a minute and try again.", name=name)
+        retry = max(limiter.retry_after(key) for key in keys)
+        return Response(page, status=429, headers={"Retry-After": str(retry)}, mimetype="text/html")
+    with current_core().database.session(readonly=True) as db:
+        user = credentials.get_user(db, name) if name else None
+    good = check_password(user.password_hash if user else _DUMMY_HASH, password)
+    if user is None or not good or user.disabled_at is not None:
+        for key in keys:
+            limiter.spend(key)
+        reason = "unknown user" if user is None else "disabled user" if good else "wrong password"
+        record_audit("login.failed", actor=name or "(empty)", target_type="user", target_id=name or None,
+                     detail=reason)
+        return _form("Wrong user name or password.", 401, name)
+    session.clear()  # a new session on login: nothing from before it survives (session fixation)
+    session["user"] = user.name
+    session.permanent = True
+    new_csrf_token()
+    record_audit("login", actor=user.name, target_type="user", target_id=user.name)
+    return redirect(_safe_next(request.form.get("next")), code=303)
+
+
+@auth.post("/logout")
+def logout() -> Response:
+    principal = current_principal()
+    if principal is not None and principal.via == "session":
+        record_audit("logout", actor=principal.name, target_type="user", target_id=principal.name)
+    session.clear()
+    return redirect(url_for("auth.login"), code=303)

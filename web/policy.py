@@ -1,0 +1,48 @@
+"""Which permission every route needs. A route missing here is refused for everyone (and fails a test).
+
+Permissions are the token scopes of gpuslo.engine.access; PUBLIC needs no credentials at all.
+"""
+
+from __future__ import annotations
+
+from gpuslo.engine.access import ADMIN, INGEST, OPERATE, READ
+
+PUBLIC = "public"
+
+ROUTE_POLICY: dict[str, str] = {
+    "static": PUBLIC,
+    "ops.healthz": PUBLIC,  # load balancers probe it without credentials; it says nothing sensitive
+    "ops.metrics": READ,  # rule ids and hosts are in the labels: scrape with a read token
+    "auth.login": PUBLIC,
+    "auth.logout": PUBLIC,
+    # ingest and reading
+    "api.post_events": INGEST,
+    "api.event_schema": READ,
+    "api.list_violations": READ,
+    "api.get_violation": READ,
+    "api.list_events": READ,
+    "api.list_rulebooks": READ,
+    "ui.index": READ,
+    "ui.violations": READ,
+    "ui.violation": READ,
+    "ui.rulebooks": READ,
+    "ui.events": READ,
+    # lifecycle and silences
+    "incidents_api.change_status": OPERATE,
+    "incidents_api.add_comment": OPERATE,
+    "incidents_api.list_silences": READ,
+    "incidents_api.create_silence": OPERATE,
+    "incidents_api.expire_silence": OPERATE,
+    "incidents_ui.change_status": OPERATE,
+    "incidents_ui.add_comment": OPERATE,
+    "incidents_ui.silences_page": READ,
+    "incidents_ui.create_silence": OPERATE,
+    "incidents_ui.expire_silence": OPERATE,
+    # administration and the audit log (source addresses and failed logins are in it)
+    "admin_api.list_audit": ADMIN,
+    "admin_api.list_tokens": ADMIN,
+    "admin_api.create_token": ADMIN,
+    "admin_api.revoke_token": ADMIN,
+    "admin_api.reload_rulebooks": ADMIN,
+    "audit_ui.audit_page": ADMIN,
+}
