@@ -9,9 +9,11 @@ from typing import Any
 import click
 
 from gpuslo.cli.agent import agent
+from gpuslo.cli.alerts import alerts
 from gpuslo.cli.probe_logs import logs_command
 from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
+from gpuslo.cli.tokens import tokens, users
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -57,15 +59,20 @@ def main(ctx: click.Context, config_file: Path | None) -> None:
     default=None,
     help="Rulebook folder (setting `rules_dir`, default rules/).",
 )
+@click.option("--probe", "probes", multiple=True, metavar="NAME[:ARG]",
+              help="Also run a node probe in this process (as `gpuslo agent --probe`); repeatable.")
+@click.option("--probe-token", envvar="GPUSLO_PROBE_TOKEN", default=None,
+              help="Ingest token the local probes use once access control is on (or $GPUSLO_PROBE_TOKEN).")
 @click.pass_context
-def serve(ctx: click.Context, host: str | None, port: int | None, rules_dir: Path | None) -> None:
-    """Run ingest, the rules engine, the web UI and the JSON API in one process."""
+def serve(ctx: click.Context, host: str | None, port: int | None, rules_dir: Path | None, probes: tuple[str, ...],
+          probe_token: str | None) -> None:
+    """Run ingest, the rules engine, the web UI and the JSON API in one process (SIGHUP reloads rulebooks)."""
     from gpuslo.cli.serve import configure_logging, run_server
 
     configure_logging()
     changes = {"host": host, "port": port, "rules_dir": rules_dir}
     settings = settings_of(ctx).with_overrides(**{k: v for k, v in changes.items() if v is not None})
-    run_server(settings)
+    run_server(settings, probes, probe_token)
 
 
 @main.group()
@@ -150,6 +157,9 @@ def probe() -> None:
 
 # Commands written in their own modules.
 main.add_command(agent)
+main.add_command(alerts)
 probe.add_command(logs_command)
 probe.add_command(tokens_command)
 rules.add_command(rules_test)
+main.add_command(tokens)
+main.add_command(users)

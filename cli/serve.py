@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -27,14 +30,19 @@ class _Shutdown(SystemExit):
     """Raised from the signal handler in the main thread; waitress's loop stops on SystemExit."""
 
 
-def _install_handlers() -> Callable[[], None]:
-    """Route SIGTERM and SIGINT to a clean stop; returns a function that restores the previous handlers."""
+def _install_handlers(reload: Callable[[], object]) -> Callable[[], None]:
+    """SIGTERM and SIGINT stop cleanly, SIGHUP reloads the rulebooks; returns a function restoring the handlers."""
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         raise _Shutdown(0)
 
+    def hang_up(_signum: int, _frame: FrameType | None) -> None:
+        log.info("received SIGHUP, reloading the rulebooks")
+        threading.Thread(target=reload, name="gpuslo-sighup-reload", daemon=True).start()
+
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, hang_up)
 
     def restore() -> None:
         for sig, handler in previous.items():
@@ -54,18 +62,33 @@ def create_wsgi_server(app: Any, settings: Settings) -> Any:
         raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 
-def run_server(settings: Settings) -> None:
+def start_local_probes(probes: Sequence[str], server_url: str, token: str | None) -> Any:
+    """The node agent inside `serve`: the same probes, spool and shipper, posting to this server."""
+    from gpuslo.probes.agent import Agent, AgentConfig, probe_specs
+
+    agent = Agent(AgentConfig(server=server_url, spool_path=Path("var") / "serve-probes-spool.db",
+                              host=socket.gethostname(), token=token, probes=probe_specs(probes)))
+    agent.start()
+    log.info("local probes started: %s", ", ".join(probes))
+    return agent
+
+
+def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str | None = None) -> None:
     """Open the core (migrates the database, loads rulebooks), serve until a signal, then close it all."""
     from gpuslo.engine.service import Gpuslo
     from gpuslo.web import create_app
 
     core = Gpuslo.open(settings)
+    agent = None
     try:
         server = create_wsgi_server(create_app(settings, core=core), settings)
-        restore = _install_handlers()
+        restore = _install_handlers(core.reload_rulebooks)
         try:
             log.info("gpuslo listening on http://%s:%s (database %s, rules %s)", server.effective_host,
                      server.effective_port, _safe_url(settings.database_url), settings.rules_dir)
+            if probes:
+                local = f"http://127.0.0.1:{server.effective_port}"
+                agent = start_local_probes(probes, local, probe_token)
             server.run()
         except _Shutdown:
             pass
@@ -75,6 +98,8 @@ def run_server(settings: Settings) -> None:
             # waitress's run() swallows SystemExit after shutting its workers down; stop them if it did not.
             server.task_dispatcher.shutdown()
     finally:
+        if agent is not None:
+            agent.stop()
         core.close()
         log.info("gpuslo stopped")
 

@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.orm import Session
+
+from gpuslo.engine.alerts import AlertsConfig, DeliveryWorker, enqueue_for_change, load_alerts_config
 from gpuslo.engine.config import Settings
-from gpuslo.engine.errors import EngineError, EventError, FieldProblem, Location, RulebookProblem
+from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloError, Location, RulebookProblem
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import audit, lifecycle, repository, retention, silences
+from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.views import SilenceView, ViolationView
 
 log = logging.getLogger(__name__)
 _REFILL = 500
+# How often auto-resolve and silence expiry run; a quiet period is honoured to within this much.
+LIFECYCLE_INTERVAL_S = 15.0
+RETENTION_INTERVAL_S = 3600.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,15 @@ class RulebookStatus:
     rulebooks: tuple[Rulebook, ...]
     problems: tuple[RulebookProblem, ...]
     loaded_at: datetime
+
+
+def rules_fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """Name, size and modification time of every rulebook file: what the watcher compares."""
+    try:
+        files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+        return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    except OSError:
+        return ()
 
 
 def _now() -> datetime:
@@ -53,6 +73,22 @@ class Gpuslo:
                                refill=self._unprocessed)
         self._status = RulebookStatus((), (), _now())
         self._reload_lock = threading.Lock()
+        # Periodic jobs (auto-resolve, silence expiry; others add theirs); started by open().
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.scheduler.add_job(self.run_lifecycle, "interval", seconds=LIFECYCLE_INTERVAL_S, id="lifecycle",
+                               max_instances=1, coalesce=True)
+        self.scheduler.add_job(self.run_retention, "interval", seconds=RETENTION_INTERVAL_S, id="retention",
+                               max_instances=1, coalesce=True)
+        if settings.rules_poll_seconds > 0:  # hot reload when a rulebook file changes
+            self.scheduler.add_job(self.reload_if_changed, "interval", seconds=settings.rules_poll_seconds,
+                                   id="rules-watch", max_instances=1, coalesce=True)
+        self._rules_fingerprint: tuple[tuple[str, int, int], ...] | None = None
+        # Alerting (optional): routing config, and the outbox delivery job on the same scheduler.
+        self.alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
+                                            if settings.alerts_config else None)
+        self.delivery = DeliveryWorker(database, self.alerts) if self.alerts else None
+        if self.delivery:
+            self.delivery.install(self.scheduler)
 
     @classmethod
     def open(cls, settings: Settings) -> Gpuslo:
@@ -62,9 +98,14 @@ class Gpuslo:
         core = cls(settings, database, Metrics())
         core.reload_rulebooks()
         core.runtime.start()
+        core.scheduler.start()
         return core
 
     def close(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        if self.delivery:
+            self.delivery.close()
         self.runtime.stop()
         self.database.dispose()
 
@@ -73,10 +114,18 @@ class Gpuslo:
     def rulebook_status(self) -> RulebookStatus:
         return self._status
 
-    def reload_rulebooks(self, directory: Path | None = None) -> RulebookStatus:
-        """Load the rulebook directory; a broken file keeps its last good version running."""
+    def reload_rulebooks(self, directory: Path | None = None, *, actor: str | None = None,
+                         source: str | None = None) -> RulebookStatus:
+        """Load the rulebook directory; a broken file keeps its last good version running.
+
+        With an `actor` (a human or API reload) the audit row joins the transaction recording the load.
+        """
         directory = directory or self.settings.rules_dir
+        note = AuditNote("rulebook.reload", "rulebooks", str(directory), actor, source) if actor else None
         with self._reload_lock:
+            if directory == self.settings.rules_dir:
+                self._rules_fingerprint = rules_fingerprint(directory)
+            before = _loaded(self._status.rulebooks)
             good, problems = load_directory(directory)
             broken_files = {p.location.file for p in problems}
             loaded = {r.name for r in good}
@@ -89,14 +138,27 @@ class Gpuslo:
                 problems += (RulebookProblem(Location(str(directory)), str(exc)),)
                 chosen = self._status.rulebooks
             self._status = RulebookStatus(chosen, problems, _now())
-            self._record_loads(good, problems)
+            self._record_loads(good, problems, note, before)
         for problem in problems:
             log.error("rulebook problem: %s", problem)
         return self._status
 
-    def _record_loads(self, good: Sequence[Rulebook], problems: Sequence[RulebookProblem]) -> None:
+    def reload_if_changed(self) -> RulebookStatus | None:
+        """Reload when a rulebook file was added, removed or changed since the last load; None when not."""
+        fingerprint = rules_fingerprint(self.settings.rules_dir)
+        if fingerprint == self._rules_fingerprint:
+            return None
+        log.info("rulebook files changed in %s: reloading", self.settings.rules_dir)
+        return self.reload_rulebooks()
+
+    def _record_loads(self, good: Sequence[Rulebook], problems: Sequence[RulebookProblem],
+                      note: AuditNote | None = None, before: dict[str, object] | None = None) -> None:
         now = _now()
         with self.database.session() as session:
+            if note is not None:
+                audit.record(session, at=now, actor=note.actor, action=note.action, target_type=note.target_type,
+                             target_id=note.target_id, before=before, after=_loaded(self._status.rulebooks),
+                             source_ip=note.source, detail=f"{len(problems)} problem(s)" if problems else None)
             for rulebook in good:
                 repository.record_rulebook_load(
                     session, name=rulebook.name, version=rulebook.version, content_hash=rulebook.content_hash,
@@ -151,8 +213,104 @@ class Gpuslo:
         now = _now()
         with self.database.session() as session:
             for match in result.matches:
-                repository.record_match(session, match, now=now)
+                self._notify(session, repository.record_match(session, match, now=now), now)
             repository.mark_processed(session, [e.id for e in result.events], now)
         for match in result.matches:
             self.metrics.violations.labels(match.rule_id).inc()
 
+
+    # ---- incident lifecycle (human actions and the periodic job) ----
+
+    def _in_transaction(self, change: Callable[[Session], T], note: AuditNote | None = None) -> T:
+        """Run one lifecycle change in its own transaction; the outbox rows and the audit row join it."""
+        with self.database.session() as session:
+            result = audit.audited(session, note, change, _now()) if note else change(session)
+            if isinstance(result, ViolationView):
+                self._notify(session, result, _now())
+            return result
+
+    def _notify(self, session: Session, view: ViolationView, now: datetime) -> None:
+        """Outbox rows for what the change means to receivers (view.notify), in the change's transaction."""
+        if self.alerts is not None:
+            enqueue_for_change(session, view, config=self.alerts, public_url=self.settings.public_url, now=now)
+
+    def acknowledge(self, violation_id: int, *, actor: str, comment: str | None = None,
+                    source: str | None = None) -> ViolationView:
+        return self._in_transaction(lambda s: lifecycle.acknowledge(
+            s, violation_id, actor=actor, comment=comment, now=_now(), source=source),
+            AuditNote("acknowledge", "violation", violation_id, actor, source, comment))
+
+    def resolve(self, violation_id: int, *, actor: str, comment: str | None = None,
+                source: str | None = None) -> ViolationView:
+        return self._in_transaction(lambda s: lifecycle.resolve(
+            s, violation_id, actor=actor, comment=comment, now=_now(), source=source),
+            AuditNote("resolve", "violation", violation_id, actor, source, comment))
+
+    def reopen(self, violation_id: int, *, actor: str, comment: str | None = None,
+               source: str | None = None) -> ViolationView:
+        return self._in_transaction(lambda s: lifecycle.reopen(
+            s, violation_id, actor=actor, comment=comment, now=_now(), source=source),
+            AuditNote("reopen", "violation", violation_id, actor, source, comment))
+
+    def comment(self, violation_id: int, *, actor: str, comment: str, source: str | None = None) -> ViolationView:
+        return self._in_transaction(lambda s: lifecycle.comment(
+            s, violation_id, actor=actor, comment=comment, now=_now(), source=source),
+            AuditNote("comment", "violation", violation_id, actor, source, comment))
+
+    def create_silence(self, *, matchers: Mapping[str, object], starts_at: datetime, ends_at: datetime,
+                       author: str, comment: str, source: str | None = None) -> SilenceView:
+        return self._in_transaction(lambda s: silences.create_silence(
+            s, matchers=matchers, starts_at=starts_at, ends_at=ends_at, author=author, comment=comment,
+            now=_now()), AuditNote("silence.create", "silence", None, author, source, comment))
+
+    def expire_silence(self, silence_id: int, *, actor: str, source: str | None = None) -> SilenceView:
+        return self._in_transaction(lambda s: silences.expire_silence(s, silence_id, actor=actor, now=_now()),
+                                    AuditNote("silence.expire", "silence", silence_id, actor, source))
+
+    def quiet_by_rule(self) -> dict[str, float]:
+        """`resolve.after` of every loaded rule that has one."""
+        return {rule.id: rule.lifecycle.resolve_after_s for rulebook in self._status.rulebooks
+                for rule in rulebook.rules if rule.lifecycle.resolve_after_s is not None}
+
+    def run_lifecycle(self, now: datetime | None = None) -> list[ViolationView]:
+        """The periodic job: auto-resolve quiet violations and expire ended silences; returns those resolved."""
+        now = now or _now()
+        try:
+            with self.database.session() as session:
+                resolved = lifecycle.auto_resolve_due(session, now, self.quiet_by_rule())
+                for view in resolved:
+                    self._notify(session, view, now)
+                silences.expire_ended_silences(session, now)
+        except GpusloError:
+            log.exception("lifecycle job failed; it runs again in %.0f s", LIFECYCLE_INTERVAL_S)
+            return []
+        for view in resolved:
+            log.info("violation %s (%s %s) auto-resolved after a quiet period", view.id, view.rule_id,
+                     view.group_key)
+        return resolved
+
+    def run_retention(self, now: datetime | None = None) -> int:
+        """The periodic job: prune raw events older than `event_retention_days` (evidence is kept)."""
+        days = self.settings.event_retention_days
+        if days <= 0:
+            return 0
+        cutoff = (now or _now()) - timedelta(days=days)
+        pruned = 0
+        try:
+            while True:
+                with self.database.session() as session:
+                    deleted = retention.prune_events_batch(session, cutoff)
+                pruned += deleted
+                if deleted < retention.BATCH:
+                    break
+        except GpusloError:
+            log.exception("retention job failed after pruning %d events; it runs again in %.0f s", pruned,
+                          RETENTION_INTERVAL_S)
+        if pruned:
+            log.info("retention: pruned %d events received before %s", pruned, cutoff.isoformat())
+        return pruned
+
+
+def _loaded(rulebooks: Sequence[Rulebook]) -> dict[str, object]:
+    """The running rulebooks as an audit snapshot: name → version and content hash."""
+    return {rb.name: f"{rb.version} {rb.content_hash[:12]}" for rb in rulebooks}

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,11 +28,11 @@ LISTENING = re.compile(r"gpuslo listening on (http://127\.0\.0\.1:\d+)")
 
 
 @contextmanager
-def _serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+def _serving(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """`gpuslo serve --port 0` in a child process; yields it, its URL and its log lines (still growing)."""
     env = {**os.environ, "GPUSLO_DATABASE_URL": f"sqlite:///{tmp_path / 'served.db'}"}
     process = subprocess.Popen(
-        [str(GPUSLO), "serve", "--port", "0", "--rules", str(RULES_DIR)],
+        [str(GPUSLO), "serve", "--port", "0", "--rules", str(RULES_DIR), *extra],
         cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines: list[str] = []
@@ -76,6 +77,28 @@ def test_serve_answers_and_stops_cleanly_on_a_signal(tmp_path: Path, signum: int
     assert "gpuslo stopped" in output
     assert "Traceback" not in output
     assert (tmp_path / "served.db").exists()
+
+
+def test_serve_runs_local_probes_and_reloads_rulebooks_on_sighup(tmp_path: Path):
+    log = tmp_path / "worker.log"
+    log.write_text("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a "
+                   "total capacity of 79.11 GiB of which 1.02 GiB is free.\n")
+    with _serving(tmp_path, "--probe", f"logs:{log}") as (process, url, lines):
+        deadline = time.monotonic() + 30
+        rules: set[str] = set()
+        while time.monotonic() < deadline and "cuda-oom" not in rules:
+            time.sleep(0.5)
+            rules = {v["rule_id"] for v in httpx.get(f"{url}/api/v1/violations", timeout=10).json()["items"]}
+        assert "cuda-oom" in rules, "".join(lines)
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any("reloading the rulebooks" in line for line in lines):
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    output = "".join(lines)
+    assert "local probes started: logs:" in output and "received SIGHUP, reloading the rulebooks" in output
+    assert "Traceback" not in output
 
 
 def test_db_upgrade_creates_the_schema(tmp_path: Path):

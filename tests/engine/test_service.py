@@ -94,3 +94,22 @@ def test_events_stored_before_a_crash_are_evaluated_after_restart(database, rule
         assert violation.occurrences == 4
     finally:
         restarted.close()
+
+
+def test_a_changed_rulebook_file_is_reloaded_and_a_broken_one_refused(database, rules):
+    core = _open(database, rules, rules_poll_seconds=0)  # the watcher's job is called by hand here
+    try:
+        assert core.reload_if_changed() is None  # nothing changed since open()
+        path = rules / "memory.yaml"
+        path.write_text(path.read_text().replace("fragmentation_ratio > 0.65", "fragmentation_ratio > 0.9", 1))
+        status = core.reload_if_changed()
+        assert status is not None and status.problems == ()
+        rule = status.rulebooks[0].rule("fragmentation-high")
+        assert "0.9" in rule.when.pattern.condition_text
+        path.write_text(path.read_text().replace("severity: warning", "severity: loud", 1))
+        status = core.reload_if_changed()
+        assert status is not None and status.problems  # refused ...
+        assert "0.9" in status.rulebooks[0].rule("fragmentation-high").when.pattern.condition_text  # ... old runs
+        assert core.reload_if_changed() is None
+    finally:
+        core.close()
