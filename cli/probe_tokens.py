@@ -23,14 +23,17 @@ from gpuslo.probes.tokens import ActiveProbeConfig, ActiveTokenProbe
 @click.option("--interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Seconds between requests when --count > 1.")
 @click.option("--host", default=None, help="Host name put in events (default: this machine's).")
+@click.option("--gpu", type=click.IntRange(0, 1023), default=None,
+              help="Index of the GPU serving the endpoint, put in events so rules can join them with GPU events.")
 def tokens_command(url: str, model: str, api: str | None, max_tokens: int, stall_ms: float, timeout_s: float,
-                   count: int, interval: float, host: str | None) -> None:
+                   count: int, interval: float, host: str | None, gpu: int | None) -> None:
     """Send streaming requests to URL and print token_latency / token_stall events as JSON lines."""
     config = ActiveProbeConfig(url=url, model=model, api=api, max_tokens=max_tokens,
-                               stall_threshold_ms=stall_ms, timeout_s=timeout_s)
+                               stall_threshold_ms=stall_ms, timeout_s=timeout_s, gpu=gpu)
     with ActiveTokenProbe(config, host=host) as probe:
         for index in range(count):
             if index:
                 time.sleep(interval)
             for event in probe.run_once():
+                # Flushed per line: a pipe reader (replay, a shipper) sees each request's events as it ends.
                 click.echo(json.dumps(event.to_dict(), sort_keys=True))

@@ -23,19 +23,11 @@ step() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 step "BCC from the carried Debian packages"
 # shellcheck disable=SC1091
 source .gpu/setup-bcc.sh .gpu
-site=/tmp/gpuslo-site
-step "Python dependencies from the carried wheels into $site"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .gpu/wheels/*.whl || exit 10
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-step "durable-rules built from its source distribution"
-# Newer gcc turns some of its C99-era warnings into errors; keep them warnings.
-CC="gcc -Wno-error=implicit-function-declaration -Wno-error=incompatible-pointer-types -Wno-error=int-conversion" \
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$site" \
-    .gpu/wheels/durable_rules-*.tar.gz || exit 11
-step "gpuslo itself (editable)"
-python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 12
-python3 -c "import bcc, durable.lang, flask, sqlalchemy, torch, pynvml, gpuslo.engine.runtime; \
-print('imports ok: torch', torch.__version__, 'cuda', torch.version.cuda)" || exit 13
+# shellcheck source=scripts/gpu-setup.sh
+source scripts/gpu-setup.sh
+step "Python dependencies from the carried wheels into $GPUSLO_SITE, durable-rules built there, gpuslo (editable)"
+gpu_python_setup || exit $?
+python3 -c "import bcc; print('bcc', bcc.__file__)" || exit 13
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 uname -r
 

@@ -36,12 +36,15 @@ class ActiveProbeConfig:
     api: Api | None = None
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    gpu: int | None = None  # index of the GPU behind the endpoint, put in every event (joins GPU-side events)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"token probe url: expected http:// or https://, got {self.url!r}")
         if self.max_tokens < 1 or self.timeout_s <= 0 or self.stall_threshold_ms <= 0:
             raise ConfigError("token probe: max_tokens, timeout_s and stall_threshold_ms must be positive")
+        if self.gpu is not None and not 0 <= self.gpu <= 1023:
+            raise ConfigError(f"token probe gpu: expected an index from 0 to 1023, got {self.gpu}")
 
 
 class ActiveTokenProbe:
@@ -52,7 +55,7 @@ class ActiveTokenProbe:
         self.config = config
         self.url, self.api = resolve_endpoint(config.url, config.api)
         self.context = EventContext(host=host or socket.gethostname(), endpoint=self.url,
-                                    model=config.model, labels=config.labels)
+                                    model=config.model, labels=config.labels, gpu=config.gpu)
         # No proxies from the environment: a buffering proxy would hide the very gaps we measure.
         self._client = client or httpx.Client(trust_env=False)
         self._owns_client = client is None

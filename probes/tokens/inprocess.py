@@ -18,15 +18,16 @@ T = TypeVar("T")
 def measure_stream(iterator: Iterable[T], *, sink: Callable[[Event], None], endpoint: str, model: str,
                    host: str | None = None, stall_threshold_ms: float = DEFAULT_STALL_MS,
                    request_id: str | None = None, is_token: Callable[[T], bool] | None = None,
-                   labels: Mapping[str, str] | None = None) -> Iterator[T]:
+                   labels: Mapping[str, str] | None = None, gpu: int | None = None) -> Iterator[T]:
     """Yield every item of `iterator` unchanged; when it ends, raises or is closed, hand its events to `sink`.
 
     The clock starts now (the call), so TTFT includes the wait for the first item. Items for which
     `is_token` says False (e.g. empty keep-alive chunks) pass through without counting as tokens.
-    An exception from the iterator is reported as `error` and then re-raised.
+    An exception from the iterator is reported as `error` and then re-raised. `gpu` (the GPU generating the
+    tokens) goes into every event, so rules can join them with that GPU's events.
     """
     ctx = EventContext(host=host or socket.gethostname(), endpoint=endpoint, model=model,
-                       labels=MappingProxyType(dict(labels or {})))
+                       labels=MappingProxyType(dict(labels or {})), gpu=gpu)
     return _measured(iter(iterator), sink, ctx, stall_threshold_ms, request_id or f"inproc-{uuid.uuid4().hex}",
                      is_token, time.time_ns(), time.monotonic_ns())
 

@@ -49,6 +49,8 @@ class EventContext:
     model: str
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str = SOURCE
+    # The GPU serving the endpoint: correlations join token events with GPU-side events on (host, gpu).
+    gpu: int | None = None
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -100,7 +102,7 @@ def wall_time(wall_ns: int) -> datetime:
 def _event(ctx: EventContext, kind: str, when: datetime, attrs: Mapping[str, Any],
            message: str | None = None) -> Event:
     clean = {name: value for name, value in attrs.items() if value is not None}
-    return Event(id=new_event_id(), kind=kind, time=when, host=ctx.host, source=ctx.source,
+    return Event(id=new_event_id(), kind=kind, time=when, host=ctx.host, gpu=ctx.gpu, source=ctx.source,
                  labels=MappingProxyType(dict(ctx.labels)), attrs=MappingProxyType(clean), message=message)
 
 

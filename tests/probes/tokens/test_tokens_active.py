@@ -128,6 +128,17 @@ def test_bad_config_is_refused():
         ActiveProbeConfig(url="127.0.0.1:8000", model="m")
     with pytest.raises(ConfigError, match="positive"):
         ActiveProbeConfig(url="http://x", model="m", max_tokens=0)
+    with pytest.raises(ConfigError, match="gpu"):
+        ActiveProbeConfig(url="http://x", model="m", gpu=1024)
+
+
+def test_events_carry_the_configured_gpu_or_none(stream_server, assert_valid):
+    base = f"{stream_server.base_url}/stalls"
+    with ActiveTokenProbe(ActiveProbeConfig(url=base, model="tiny", max_tokens=20, gpu=5), host="h") as probe:
+        events = probe.run_once()
+    assert_valid(events)
+    assert [e.gpu for e in events] == [5, 5, 5]
+    assert all(e.gpu is None for e in run(base))
 
 
 def test_schedule_runs_the_probe_and_feeds_the_sink(stream_server, assert_valid):

@@ -19,3 +19,15 @@ def test_probe_tokens_prints_latency_and_stall_events(stream_server):
     assert [e.kind for e in events] == ["token_latency", "token_stall", "token_stall"]
     assert [e.attrs["token_index"] for e in events[1:]] == [7, 15]
     assert all(e.host == "n1" and e.source == "tokens" for e in events)
+
+
+def test_probe_tokens_gpu_goes_into_every_event(stream_server):
+    """--gpu puts the GPU index in the envelope, which fragmentation-then-stall joins on (host, gpu)."""
+    result = CliRunner().invoke(
+        main, ["probe", "tokens", f"{stream_server.base_url}/stalls", "--model", "tiny", "--max-tokens", "20",
+               "--host", "n1", "--gpu", "3"])
+    assert result.exit_code == 0, result.output
+    events = [parse_event(json.loads(line)) for line in result.output.splitlines()]
+    assert [(e.kind, e.gpu) for e in events] == [("token_latency", 3), ("token_stall", 3), ("token_stall", 3)]
+    refused = CliRunner().invoke(main, ["probe", "tokens", stream_server.base_url, "--model", "m", "--gpu", "-1"])
+    assert refused.exit_code == 2 and "--gpu" in refused.output

@@ -45,6 +45,14 @@ def test_yields_the_same_tokens_and_reports_on_exhaustion(assert_valid):
     assert latency.attrs["tokens"] == len(DELAYS) and latency.attrs["stalls"] == 1
     assert "error" not in latency.attrs
     assert stall.attrs["token_index"] == 3 and stall.attrs["request_id"] == "req-1"
+    assert latency.gpu is None and stall.gpu is None
+
+
+def test_gpu_goes_into_the_events():
+    events: list[Event] = []
+    assert list(measure_stream(iter(["a", "b"]), sink=events.append, endpoint="inproc://e", model="m",
+                               host="h", gpu=2)) == ["a", "b"]
+    assert [(e.kind, e.gpu) for e in events] == [("token_latency", 2)]
 
 
 def test_reports_and_reraises_when_the_iterator_fails(assert_valid):
