@@ -24,6 +24,7 @@ def configure_logging() -> None:
     """INFO to stderr; Alembic's plugin set-up lines are noise at every start."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line per job run every few seconds
 
 
 class _Shutdown(SystemExit):
