@@ -33,6 +33,7 @@ from gpuslo.engine.windows import Windows
 
 log = logging.getLogger(__name__)
 _SID = "0"
+_FACT_ENVELOPE = frozenset({"id", "sid", "kind", "ts"})  # keys every fact has before its fields are copied
 _BATCH = 500
 _RECENT = 100_000
 # Ruleset names must be unique in the process, not only per host: durable_rules' C core crashed when two hosts
@@ -53,6 +54,11 @@ def window_scope(rulebook: Rulebook, rule: Rule) -> str:
     """Where a rule's window state lives: the same for an unchanged rule across reloads of its rulebook."""
     fingerprint = hashlib.sha1(repr((rule.when, rule.group_by)).encode(), usedforsecurity=False).hexdigest()[:16]
     return f"{rulebook.name}|{rule.id}|{fingerprint}"
+
+
+def _fact_fields(unit: CompiledRulebook) -> tuple[tuple[str, str], ...]:
+    """The fact keys copied from an event, with the field name each reads (in the order of unit.keys)."""
+    return tuple((key, key.replace("__", ".")) for key in unit.keys if key not in _FACT_ENVELOPE)
 
 
 class _Host(durable_engine.Host):  # type: ignore[misc]
@@ -93,6 +99,8 @@ class RuleEvaluator:
         self._fired: list[str] = []
         self._windows = Windows(lateness_s)
         self._scopes: dict[str, Rulebook] = {}
+        self._action_scopes: dict[str, str] = {}  # action → window scope, hashed once per load, not per firing
+        self._fields: dict[str, tuple[tuple[str, str], ...]] = {}  # ruleset → (fact key, field name) to copy
         self._watermark = 0.0
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
@@ -118,10 +126,15 @@ class RuleEvaluator:
                 raise EngineError(message) from exc
             compiled.append(unit)
         scopes = {window_scope(unit.rulebook, rule): unit.rulebook for unit in compiled for rule in unit.rulebook.rules}
+        action_scopes = {name: window_scope(unit.rulebook, action.rule)
+                         for unit in compiled for name, action in unit.actions.items()}
+        fields = {unit.ruleset: _fact_fields(unit) for unit in compiled}
         with self._lock:
             self._active = tuple(compiled)
             self._windows.forget(set(self._scopes) - set(scopes))
             self._scopes = scopes
+            self._action_scopes = action_scopes
+            self._fields = fields
 
     def _action(self, action: str) -> Callable[[Any], None]:
         def fire(_closure: Any) -> None:
@@ -129,12 +142,12 @@ class RuleEvaluator:
 
         return fire
 
-    def _fact(self, event: Event, unit: CompiledRulebook) -> dict[str, Any]:
-        fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": event.timestamp}
-        for key in unit.keys:
-            if key in fact:
-                continue
-            value = event.get(key.replace("__", "."))
+    def _fact(self, event: Event, unit: CompiledRulebook, timestamp: float | None = None) -> dict[str, Any]:
+        ts = event.timestamp if timestamp is None else timestamp
+        fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": ts}
+        get = event.get
+        for key, name in self._fields.get(unit.ruleset) or _fact_fields(unit):
+            value = get(name)
             if value is not None:
                 fact[key] = value
         for test in unit.text_tests:
@@ -143,13 +156,14 @@ class RuleEvaluator:
                 fact[test.key] = 1 if text_test(test.op, observed, test.pattern) else 0
         return fact
 
-    def _assert(self, unit: CompiledRulebook, fact: dict[str, Any]) -> None:
+    def _assert(self, unit: CompiledRulebook, fact: dict[str, Any]) -> bool:
+        """Assert the fact; False when no rule pattern took it (the engine then keeps nothing of it)."""
         for _attempt in range(3):
             try:
                 self._host.assert_fact(unit.ruleset, fact)
-                return
+                return True
             except durable_engine.MessageNotHandledException:
-                return
+                return False
             except durable_engine.MessageObservedException:
                 # 32-bit id hash collision with a pending fact: re-key and count it, never drop silently.
                 self._metrics.engine_errors.labels("observed_collision").inc()
@@ -160,12 +174,14 @@ class RuleEvaluator:
         """Run the events through every rulebook in order; return the matches."""
         matches: list[Match] = []
         with self._lock:
+            observe = self._metrics.engine_post_seconds.observe
             for event in events:
                 started = time.perf_counter()
-                if event.timestamp > self._watermark:  # silences that ended before this event are due first
-                    matches += self._absences(event.timestamp)
-                matches += self._evaluate_one(event)
-                self._metrics.engine_post_seconds.observe(time.perf_counter() - started)
+                timestamp = event.timestamp  # a datetime conversion: done once per event, not per use
+                if timestamp > self._watermark:  # silences that ended before this event are due first
+                    matches += self._absences(timestamp)
+                matches += self._evaluate_one(event, timestamp)
+                observe(time.perf_counter() - started)
             matches += self._absences(self._watermark)
             self._expire()
         return matches
@@ -179,27 +195,29 @@ class RuleEvaluator:
         return [build_absence_match(self._scopes[scope], rule, last, silence, now, self._renderer)
                 for scope, rule, last, silence in self._windows.absent(now) if scope in self._scopes]
 
-    def _evaluate_one(self, event: Event) -> list[Match]:
-        if event.timestamp < self._watermark - self._lateness:
+    def _evaluate_one(self, event: Event, timestamp: float) -> list[Match]:
+        if timestamp < self._watermark - self._lateness:
             self._metrics.late_events.inc()
-        self._watermark = max(self._watermark, event.timestamp)
+        self._watermark = max(self._watermark, timestamp)
         matches: list[Match] = []
         for unit in self._active:
             if event.kind not in unit.kinds:
                 continue
-            fact = self._fact(event, unit)
+            fact = self._fact(event, unit, timestamp)
             self._fired.clear()
-            self._assert(unit, fact)
+            stored = self._assert(unit, fact)
             fired, self._fired = self._fired, []
-            self._retract(unit.ruleset, fact)
+            if stored:  # an unhandled fact is not stored (measured: bench/RESULTS.md), so there is nothing to retract
+                self._retract(unit.ruleset, fact)
             for action in fired:
-                match = self._on_fire(unit, unit.actions[action], event)
+                match = self._on_fire(unit, action, event)
                 if match is not None:
                     matches.append(match)
         return matches
 
-    def _on_fire(self, unit: CompiledRulebook, action: RuleAction, event: Event) -> Match | None:
-        rule, when, scope = action.rule, action.rule.when, window_scope(unit.rulebook, action.rule)
+    def _on_fire(self, unit: CompiledRulebook, name: str, event: Event) -> Match | None:
+        action: RuleAction = unit.actions[name]
+        rule, when, scope = action.rule, action.rule.when, self._action_scopes[name]
         if isinstance(when, SingleEvent):
             return build_match(unit.rulebook, rule, {"m": event}, self._renderer)
         if isinstance(when, Absence):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from gpuslo.engine.events import Event
 from gpuslo.engine.rulebook.model import Absence, Correlation, Count, Rule
@@ -33,6 +34,10 @@ class Windows:
         self._horizon: dict[str, float] = {}
         self._last_seen: dict[tuple[str, tuple[object, ...]], tuple[Rule, Event, bool]] = {}
         self._deadlines: list[tuple[float, str, tuple[object, ...], str]] = []  # heap: due time, scope, key, id
+        # Heap of (earliest expiry among a key's oldest events, tie-breaker, scope, key), pushed whenever a key
+        # changes, so expire() visits only keys with something due instead of every key on every batch.
+        self._expiries: list[tuple[float, int, str, tuple[object, ...]]] = []
+        self._pushes = itertools.count()  # tie-breaker: keys of different types never get compared
 
     def held(self) -> int:
         """Events held in windows now (for tests and the memory benchmark)."""
@@ -51,6 +56,7 @@ class Windows:
         found = _complete(when, by_alias, alias, event)
         queue = by_alias.setdefault(alias, deque(maxlen=_MAX_PER_PATTERN))
         queue.append(event)
+        self._schedule(scope, key, by_alias.values())
         return found
 
     def count(self, scope: str, rule: Rule, event: Event) -> list[Event] | None:
@@ -66,8 +72,10 @@ class Windows:
         inside = sorted((e for e in window if abs(e.timestamp - event.timestamp) <= when.within_s),
                         key=lambda e: (e.timestamp, e.id))
         if len(inside) < when.count:
+            self._schedule(scope, key, (window,))
             return None
         window.clear()
+        heapq.heappush(self._expiries, (-math.inf, next(self._pushes), scope, key))  # emptied: drop at next expire
         return inside
 
     def seen(self, scope: str, rule: Rule, event: Event) -> None:
@@ -94,17 +102,37 @@ class Windows:
             self._last_seen[(scope, key)] = (rule, event, True)
         return due
 
+    def _schedule(self, scope: str, key: tuple[object, ...], queues: Iterable[deque[Event]]) -> None:
+        """Note when the oldest event of a key expires (its queues' fronts change on append and expiry)."""
+        fronts = [queue[0].timestamp for queue in queues if queue]
+        if fronts:
+            due = min(fronts) + self._horizon.get(scope, 0.0)
+            heapq.heappush(self._expiries, (due, next(self._pushes), scope, key))
+
     def expire(self, watermark: float) -> None:
-        """Drop events no window can use any more."""
-        for store in (self._recent, self._counts):
-            for (scope, key) in list(store):
-                horizon = watermark - self._horizon.get(scope, 0.0)
-                value = store[(scope, key)]
-                queues = value.values() if isinstance(value, dict) else [value]
+        """Drop events no window can use any more.
+
+        Every key with an event due has an entry in `_expiries` at or before that event's expiry, so visiting
+        the keys whose entries are due (with a millisecond of slack for float rounding) drops exactly what a
+        scan of every key would.
+        """
+        visit: set[tuple[str, tuple[object, ...]]] = set()
+        while self._expiries and self._expiries[0][0] <= watermark + 1e-3:
+            _due, _push, scope, key = heapq.heappop(self._expiries)
+            visit.add((scope, key))
+        for scope, key in visit:
+            horizon = watermark - self._horizon.get(scope, 0.0)
+            for store in (self._recent, self._counts):
+                value = store.get((scope, key))
+                if value is None:
+                    continue
+                queues = list(value.values()) if isinstance(value, dict) else [value]
                 for queue in queues:
                     while queue and queue[0].timestamp < horizon:
                         queue.popleft()
-                if not any(queues):
+                if any(queues):
+                    self._schedule(scope, key, queues)
+                else:
                     del store[(scope, key)]
 
     def forget(self, scopes: set[str]) -> None:
@@ -113,6 +141,8 @@ class Windows:
             for (scope, key) in list(store):
                 if scope in scopes:
                     del store[(scope, key)]
+        self._expiries = [entry for entry in self._expiries if entry[2] not in scopes]
+        heapq.heapify(self._expiries)
 
 
 def _complete(when: Correlation, by_alias: Mapping[str, deque[Event]], alias: str,

@@ -1,0 +1,179 @@
+"""The HTTP parts of bench/engine.py: (c) ingest → engine → stored violations, (d) event-to-violation latency.
+
+The real app (create_app on a Gpuslo core) is served in-process by waitress on a free port and driven with httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import engine_workload as workload
+import httpx
+import psycopg
+from sqlalchemy import func, select
+
+from gpuslo.cli.serve import create_wsgi_server
+from gpuslo.engine.config import Settings
+from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.runtime import EngineResult, RuleEvaluator
+from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.store.models import ViolationRow
+from gpuslo.web import create_app
+
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+HEADERS = {"Content-Type": "application/json"}
+
+
+@contextmanager
+def serving(database_url: str, rules_dir: Path) -> Iterator[tuple[Gpuslo, str]]:
+    """A Gpuslo core and its web app on waitress at a free port; yields (core, base URL)."""
+    # One client stands in for a fleet here, so the per-client ingest rate limit is off (0 = none).
+    settings = Settings(database_url=database_url, rules_dir=rules_dir, port=0, ingest_requests_per_second=0.0)
+    core = Gpuslo.open(settings)
+    server = create_wsgi_server(create_app(settings, core=core), settings)
+    thread = threading.Thread(target=server.run, name="bench-waitress", daemon=True)
+    thread.start()
+    try:
+        yield core, f"http://127.0.0.1:{server.effective_port}"
+    finally:
+        server.close()
+        server.task_dispatcher.shutdown()
+        thread.join(5)
+        core.close()
+
+
+@contextmanager
+def scratch_postgres() -> Iterator[str]:
+    """A throw-away PostgreSQL database (trust auth on 127.0.0.1), dropped afterwards."""
+    name = f"gpuslo_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def expected_matches(rules_dir: Path, items: Sequence[dict[str, Any]]) -> int:
+    """How many matches the engine should record for these events (a fresh evaluator, same order)."""
+    evaluator = RuleEvaluator()
+    good, _problems = load_directory(rules_dir)
+    evaluator.load(good)
+    events = [workload.to_event(item) for item in items]
+    return sum(len(evaluator.evaluate(events[i:i + 500])) for i in range(0, len(events), 500))
+
+
+def stored(core: Gpuslo) -> tuple[int, int]:
+    """(violations, total occurrences) in the database."""
+    with core.database.session(readonly=True) as session:
+        count, occurrences = session.execute(
+            select(func.count(), func.coalesce(func.sum(ViolationRow.occurrences), 0))).one()
+    return int(count), int(occurrences)
+
+
+def wait_for_engine(core: Gpuslo, timeout: float) -> None:
+    """Wait until the engine is idle; fail at once when it reports a failed batch (it would retry forever)."""
+    failed = core.metrics.engine_errors.labels("batch")
+    deadline = time.monotonic() + timeout
+    while not core.wait_idle(timeout=0.05):
+        if failed._value.get() > 0:  # noqa: SLF001  # prometheus_client has no public read of one child
+            raise RuntimeError("an engine batch failed (its traceback is logged above)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the engine did not go idle within {timeout:.0f} s")
+
+
+def ingest_run(database_url: str, rules_dir: Path, items: Sequence[dict[str, Any]], batch: int) -> dict[str, Any]:
+    """(c) on one database: POST every batch, wait for the engine, count what was stored."""
+    bodies = [json.dumps(list(items[i:i + batch])).encode() for i in range(0, len(items), batch)]
+    with serving(database_url, rules_dir) as (core, base), httpx.Client(base_url=base, timeout=60) as client:
+        client.get("/api/v1/schema/event").raise_for_status()  # first request pays for lazy set-up
+        started = time.perf_counter()
+        for body in bodies:
+            response = client.post("/api/v1/events", content=body, headers=HEADERS)
+            if response.status_code >= 300:
+                raise RuntimeError(f"POST failed: {response.status_code} {response.text[:300]}")
+        posted = time.perf_counter()
+        wait_for_engine(core, timeout=max(60.0, len(items) / 200))
+        finished = time.perf_counter()
+        violations, occurrences = stored(core)
+    return {"events": len(items), "batch": batch, "seconds": finished - started,
+            "events_per_s": len(items) / (finished - started), "ingest_events_per_s": len(items) / (posted - started),
+            "violations": violations, "occurrences": occurrences}
+
+
+def ingest_parts(rules_dir: Path, count: int, batch: int = 500) -> dict[str, Any]:
+    """(c) on SQLite and on PostgreSQL with the same events."""
+    items = workload.mixed(count, prefix="http", seed=11)
+    expected = expected_matches(rules_dir, items)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="gpuslo-bench-") as folder:
+        out["sqlite"] = ingest_run(f"sqlite:///{folder}/bench.db", rules_dir, items, batch)
+    try:
+        with scratch_postgres() as url:
+            out["postgresql"] = ingest_run(url, rules_dir, items, batch)
+    except psycopg.OperationalError as exc:
+        out["postgresql"] = {"error": f"PostgreSQL unavailable: {str(exc).splitlines()[0]}"}
+    for part in out.values():
+        part["expected_matches"] = expected
+    return out
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+def latency_part(rules_dir: Path, seconds: float, stream: str = "incidents", rate: int = 1000,
+                 per_post: int = 10) -> dict[str, Any]:
+    """(d): events at `rate`/s, `per_post` per POST; latency from the POST's schedule to the commit of the
+    violation each event raised. `stream`: "incidents" (every event raises one) or "fleet" (the mixed stream)."""
+    count = int(seconds * rate)
+    items = workload.incidents(count) if stream == "incidents" else workload.mixed(count, prefix="lat", seed=5)
+    bodies = [json.dumps(items[i:i + per_post]).encode() for i in range(0, len(items), per_post)]
+    done: dict[str, float] = {}
+    raised: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="gpuslo-bench-") as folder, \
+            serving(f"sqlite:///{folder}/bench.db", rules_dir) as (core, base), \
+            httpx.Client(base_url=base, timeout=60) as client:
+        record = core.runtime._sink  # noqa: SLF001  # the core's own sink: it commits the violation rows
+
+        def timed(result: EngineResult) -> None:
+            record(result)
+            finished = time.perf_counter()
+            for event in result.events:
+                done[event.id] = finished
+            batch = {event.id for event in result.events}
+            raised.update(e.id for m in result.matches for e in m.explanation.evidence if e.id in batch)
+
+        core.runtime._sink = timed  # noqa: SLF001
+        client.get("/api/v1/schema/event").raise_for_status()
+        scheduled: dict[str, float] = {}
+        start = time.perf_counter() + 0.05
+        for index, body in enumerate(bodies):
+            due = start + index * per_post / rate
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            for item in items[index * per_post:(index + 1) * per_post]:
+                scheduled[item["id"]] = due
+            client.post("/api/v1/events", content=body, headers=HEADERS).raise_for_status()
+        sent = time.perf_counter()
+        wait_for_engine(core, timeout=max(120.0, len(items) / 50))
+        violations, occurrences = stored(core)
+    if len(done) != len(items):
+        raise RuntimeError(f"only {len(done)} of {len(items)} events reached the sink")
+    latencies = [(done[i] - scheduled[i]) * 1000 for i in raised]
+    return {"stream": stream, "events": len(items), "raising": len(latencies), "target_rate": rate,
+            "per_post": per_post, "achieved_rate": len(items) / (sent - start),
+            "p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
+            "violations": violations, "occurrences": occurrences}
