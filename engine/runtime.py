@@ -339,11 +339,11 @@ class Runtime:
                 continue
             try:
                 fresh = [e for e in batch if e.id not in self._recent]
-                matches = self.evaluator.evaluate(fresh)
-                self._sink(EngineResult(tuple(fresh), tuple(matches)))
-                self._remember(e.id for e in fresh)
+                result = EngineResult(tuple(fresh), tuple(self.evaluator.evaluate(fresh)))
+                self._remember(e.id for e in fresh)  # evaluated once: windows already hold these events
+                self._deliver(result)
             except Exception:
-                # The events stay unprocessed in the database; a later refill retries them.
+                # Evaluation itself failed: the events stay unprocessed in the database for a later refill.
                 log.exception("engine batch failed; its events will be retried from the database")
                 self._metrics.engine_errors.labels("batch").inc()
                 with self._lock:
@@ -354,6 +354,21 @@ class Runtime:
                     self._queued.difference_update(e.id for e in batch)
                     self._metrics.engine_queue_depth.set(self._queue.qsize())
                     self._busy.clear()
+
+    def _deliver(self, result: EngineResult) -> None:
+        """Hand a result to the sink until it is stored: re-evaluating the events instead would feed the
+        windows twice (counts and correlations would fire again), so only the storing is retried."""
+        delay = 0.5
+        while True:
+            try:
+                self._sink(result)
+                return
+            except Exception:
+                log.exception("storing an engine result failed; retrying in %.1fs", delay)
+                self._metrics.engine_errors.labels("store").inc()
+                if self._stop.wait(delay):
+                    return  # shutting down: the events stay unprocessed and are evaluated after a restart
+                delay = min(delay * 2, 30.0)
 
     def _check_absences(self) -> None:
         try:

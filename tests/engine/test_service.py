@@ -113,3 +113,24 @@ def test_a_changed_rulebook_file_is_reloaded_and_a_broken_one_refused(database, 
         assert core.reload_if_changed() is None
     finally:
         core.close()
+
+
+def test_a_failed_store_is_retried_without_evaluating_the_events_twice(database, rules):
+    core = _open(database, rules)
+    original, calls = core._record, []
+
+    def flaky(result):
+        calls.append(len(result.events))
+        if len(calls) == 1:
+            raise RuntimeError("database went away")
+        original(result)
+
+    core.runtime._sink = flaky
+    try:
+        core.ingest([_event(i) for i in range(3)])
+        assert core.wait_idle(20)
+        (violation,) = [v for v in _violations(core) if v.rule_id == "fragmentation-high"]
+        assert violation.occurrences == 3  # stored once, after the retry: nothing counted twice
+        assert calls[0] == calls[1] == 3
+    finally:
+        core.close()
