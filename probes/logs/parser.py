@@ -17,7 +17,8 @@ from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.prefixes import Line, normalise, segments
 
 # One incident is often printed again within a few lines (a C++ log line, then the Python exception, then
-# torchrun's summary); these attrs say "same incident" when ranks agree and the copies are close.
+# torchrun's summary); these attrs say "same incident" when the copies are close and nothing that both name
+# (rank, pid, gpu, log host) differs: NCCL lines of two processes or GPUs are two incidents.
 _SAME_INCIDENT: dict[str, tuple[str, ...]] = {
     "cuda_oom": ("requested_bytes", "error_name"), "cuda_error": ("error_name",),
     "cuda_graph_error": ("error_name",), "nccl_timeout": ("op", "seq"), "nccl_error": ("error_name",),
@@ -38,6 +39,21 @@ class ParserSettings:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Who:
+    """Who an incident happened to, as far as the log says; None is unknown and agrees with anything."""
+
+    rank: int | None
+    pid: int | None
+    gpu: int | None
+    log_host: str | None
+
+    def agrees(self, other: _Who) -> bool:
+        return all(a is None or b is None or a == b for a, b in
+                   ((self.rank, other.rank), (self.pid, other.pid), (self.gpu, other.gpu),
+                    (self.log_host, other.log_host)))
+
+
 @dataclass
 class _Pending:
     family: Family
@@ -55,7 +71,7 @@ class LogParser:
         self._clock = clock
         self._prefilter = prefilter or _PREFILTER
         self._pending: _Pending | None = None
-        self._recent: deque[tuple[int, int | None, tuple[Any, ...]]] = deque()
+        self._recent: deque[tuple[int, _Who, tuple[Any, ...]]] = deque()
 
     @property
     def pending_offset(self) -> int | None:
@@ -71,7 +87,8 @@ class LogParser:
         events: list[Event] = []
         for index, part in enumerate(segments(raw.rstrip("\r\n"))):
             where = key if key is not None else str(offset)
-            events.extend(self._line(normalise(part), offset, where if index == 0 else f"{where}.{index}"))
+            line = normalise(part, self._clock)
+            events.extend(self._line(line, offset, where if index == 0 else f"{where}.{index}"))
         return events
 
     def scan(self, buf: bytes, base: int, start: int = 0) -> list[Event]:
@@ -107,6 +124,8 @@ class LogParser:
         events: list[Event] = []
         if self._pending is not None:
             pending = self._pending
+            if pending.family.strict and not line.text.strip():
+                return []
             if self._continues(pending, line):
                 pending.lines.append(line)
                 if self._complete(pending) or len(pending.lines) >= pending.family.max_lines:
@@ -134,6 +153,10 @@ class LogParser:
     @staticmethod
     def _continues(pending: _Pending, line: Line) -> bool:
         family, text = pending.family, line.text
+        if family.strict:
+            first = pending.lines[0]
+            return (line.origin, line.log_host) == (first.origin, first.log_host) and bool(
+                family.accept and family.accept.search(text))
         if family.accept is not None and family.accept.search(text):
             return True
         if family.joiner == "\n":  # a block takes the line after "Last error:" and nothing unannounced
@@ -149,30 +172,34 @@ class LogParser:
         if found is None:
             return []
         first = pending.lines[0]
-        rank = found.rank if found.rank is not None else first.rank
-        if self._echo(found, pending.offset, rank):
+        who = _Who(rank=found.rank if found.rank is not None else first.rank,
+                   pid=found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid,
+                   gpu=found.gpu if found.gpu is not None else first.gpu, log_host=first.log_host)
+        if self._echo(found, pending.offset, who):
             return []
-        return [self._event(found, pending, rank)]
+        return [self._event(found, pending, who)]
 
-    def _echo(self, found: Found, offset: int, rank: int | None) -> bool:
+    def _echo(self, found: Found, offset: int, who: _Who) -> bool:
         """True when the same incident was reported a short way back in this source."""
         signature = (found.kind, *(found.attrs.get(k) for k in _SAME_INCIDENT.get(found.kind, ())))
         while self._recent and offset - self._recent[0][0] > self._settings.dedupe_bytes:
             self._recent.popleft()
-        for _, seen_rank, seen in self._recent:
-            if seen == signature and (seen_rank is None or rank is None or seen_rank == rank):
+        for _, seen_who, seen in self._recent:
+            if seen == signature and seen_who.agrees(who):
                 return True
-        self._recent.append((offset, rank, signature))
+        self._recent.append((offset, who, signature))
         return False
 
-    def _event(self, found: Found, pending: _Pending, rank: int | None) -> Event:
+    def _event(self, found: Found, pending: _Pending, who: _Who) -> Event:
         settings, first = self._settings, pending.lines[0]
         digest = hashlib.sha1(f"{settings.host}|{settings.source}|{pending.key}".encode()).hexdigest()
-        pid = found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid
         message = "\n".join(line.raw for line in pending.lines)[:MESSAGE_MAX]
-        labels = {"family": pending.family.name, "log": settings.source[-256:], **settings.labels}
+        # `host` stays the probe's host (where the log was read, what rules group by); a host named inside
+        # the line (syslog, NCCL) may be another machine's when logs are collected centrally: a label.
+        logged = {"log_host": who.log_host[:256]} if who.log_host else {}
+        labels = {"family": pending.family.name, "log": settings.source[-256:], **logged, **settings.labels}
         return Event(
             id=f"log:{digest}", kind=found.kind, time=first.time or self._clock(), host=settings.host,
-            gpu=found.gpu if found.gpu is not None else first.gpu, pid=pid, job=settings.job, rank=rank,
+            gpu=who.gpu, pid=who.pid, job=settings.job, rank=who.rank,
             labels=MappingProxyType(labels), source="logs", attrs=MappingProxyType(dict(found.attrs)),
             message=message)

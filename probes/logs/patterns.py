@@ -50,6 +50,9 @@ class Family:
     max_lines: int = 1
     joiner: str = ""  # "" rejoins hard-wrapped text; "\n" keeps a block's lines apart
     accept: re.Pattern[str] | None = None  # continuation lines a block takes even if they look like records
+    # strict: only `accept` lines from the first line's printer (NCCL thread, syslog host) continue; blank
+    # lines between are skipped (NCCL's follow-up WARN often comes after one)
+    strict: bool = False
 
 
 def _c(pattern: str) -> re.Pattern[str]:
@@ -279,6 +282,19 @@ def _nccl_warn(text: str) -> Found | None:
     return None
 
 
+_ALLOC_FAILED = r"Failed to CUDA [a-z ]*?(\d+) bytes"  # NCCL's alloc.h: "Failed to CUDA calloc 6291456 bytes"
+
+
+def _nccl_cuda_failure(text: str) -> Found | None:
+    """`NCCL WARN Cuda failure '...'`, with the size from the same thread's `Failed to CUDA calloc N bytes`."""
+    head, _, follow = text.partition("\n")
+    found = _nccl_warn(head)
+    requested = _int(_ALLOC_FAILED, follow)
+    if found is None or found.kind != "cuda_oom" or requested is None:
+        return found
+    return Found(found.kind, {**found.attrs, "requested_bytes": requested})
+
+
 def _gloo_timeout(text: str) -> Found:
     # Gloo names the transport operation that waited (recv/send), not the collective, nor a sequence number.
     op = re.search(r"for\s*(\w+)\s*operation", text)
@@ -302,7 +318,11 @@ def _comm_abort(text: str) -> Found | None:
 
 
 def _pci(text: str) -> str | None:
-    """`0000:3B:00.0`, `PCI:0000:3b:00`, `00000000:3B:00.0` → `0000:3b:00` (domain:bus:device)."""
+    """`0000:3B:00.0`, `PCI:0000:3b:00`, `00000000:3B:00.0` → `0000:3b:00` (domain:bus:device).
+
+    The function is dropped because Xid lines never print it; the one form lets a rule match the sentence
+    and the Xid line of one GPU (the GPU is always function 0; .1 is its audio device).
+    """
     match = re.search(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", text)
     if not match:
         return None
@@ -327,10 +347,19 @@ def _fallen_off(text: str) -> Found:
                                     "detail": "GPU has fallen off the bus (no Xid number in the log)"}))
 
 
+def _gpu_lost_block(text: str) -> Found | None:
+    # "NVRM: The NVIDIA GPU <bdf>" also opens "... is not supported by the NVIDIA driver release": no incident
+    return _fallen_off(text) if re.search(r"fallen\s*off\s*the\s*bus", text) else None
+
+
 _RECORD = r"(?:Traceback|File \"|During handling|The above exception|terminate called|\[|\w[\w.]*(?:Error|Exception)\b)"
 FAMILIES: tuple[Family, ...] = (
     Family("nvrm_xid", _c(r"NVRM: Xid \("), _xid),
     Family("fallen_off_bus", _c(r"(?:GPU has|has) fallen off the bus|: GPU is lost\b"), _fallen_off),
+    # recent drivers split the sentence over "NVRM: " lines (dmesg indents them; journald prefixes each)
+    Family("nvrm_gpu_lost", _c(r"NVRM: The NVIDIA GPU [0-9a-fA-F]{4,8}:"), _gpu_lost_block,
+           complete=_c(r"fallen\s*off\s*the\s*bus"), max_lines=4, joiner="\n",
+           accept=_c(r"^\s*NVRM: (?!Xid \(|The NVIDIA GPU )"), strict=True),
     Family("nccl_watchdog", _c(r"Watchdog caught collective operation timeout"), _watchdog,
            complete=_c(r"before\s*timing\s*out"), max_lines=4),
     Family("nccl_heartbeat", _c(r"Heartbeat monitor timed out|[Ww]atchdog got stuck for"), _heartbeat),
@@ -338,6 +367,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("gloo_timeout", _c(r"Timed out waiting \d+ms for \w+ operation to complete"), _gloo_timeout),
     Family("nccl_error", _c(r"NCCL error(?: in:|:)"), _nccl_block, complete=_c(r"Last error:\s*\n\s*\S"),
            max_lines=5, joiner="\n", accept=_c(r"^\s*(?:nccl\w*\s*:|Last error:)")),
+    Family("nccl_cuda_failure", _c(r"NCCL WARN Cuda failure"), _nccl_cuda_failure,
+           complete=_c(_ALLOC_FAILED), max_lines=2, joiner="\n", accept=_c(r"NCCL WARN " + _ALLOC_FAILED),
+           strict=True),
     Family("nccl_warn", _c(r"NCCL WARN "), _nccl_warn),
     Family("torch_oom", _c(r"CUDA out of memory"), _torch_oom,
            complete=_c(r"unallocated|by\s*PyTorch\)|cached\)|Memory\s*Management|\)\s*$"),

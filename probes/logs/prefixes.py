@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
 _ISO = (r"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s?(?P<zone>Z|UTC|[+-]\d\d:?\d\d)?")
 _KV = r"(?:pid=(?P<pid>\d+)|rank=(?P<wrank>\d+)|\w+=[^\s,)]+)"
 _SYSLOG_HOST = r" (?P<sysloghost>[\w.-]+) (?:kernel|[\w.@/-]+\[(?P<syspid>\d+)\]): "
+# RFC 3164 syslog and journalctl's default form: no year and no zone ("Feb 14 05:03:44")
+_SYSLOG_TIME = (r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d+) "
+                r"(?P<hms>\d\d:\d\d:\d\d)")
+# A yearless stamp is taken from the latest year that does not put it in the future; "future" allows a day,
+# because local-time stamps read as UTC run up to 14 h ahead, and a central collector's clock may lag.
+_FUTURE_SLACK = timedelta(days=1)
 # Tried in order, repeatedly, at the start of the line; each strips one layer.
 _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # containerd/CRI log files: "<time> stderr F <line>"
     _ISO + r" (?:stdout|stderr) [FP] ",
     _ISO + _SYSLOG_HOST,  # journalctl -o short-iso
-    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d" + _SYSLOG_HOST,
+    _SYSLOG_TIME + _SYSLOG_HOST,
     r"\[?" + _ISO + r"\]?:?\s+",
     # dmesg -T
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*",
     r"\[\s*\d+\.\d+\]\s*",  # dmesg uptime
-    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d ",  # syslog, no year
+    _SYSLOG_TIME + " ",  # syslog without a host
     r"\[rank(?P<rank>\d+)\]: ?",  # torchrun
     r"\[default\d+\]: ?",  # older torchrun --tee
     r"\[pod/[^\]\s]+\] ",  # kubectl logs --prefix
@@ -36,14 +43,21 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # "E0101 12:00:00.000000 1234 client.cc:12] ", TF's "W tensorflow/core/x.cc:12] "
     r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? [\w./-]+:\d+\]\s?",
     # NCCL's own "host:pid:tid [cudaDev] "
-    r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):\d+ \[(?P<ncclgpu>\d+)\] ",
+    r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
 ))
 MAX_LAYERS = 10
 
 
+Clock = Callable[[], datetime]
+
+
 @dataclass(frozen=True)
 class Line:
-    """One message with its prefixes removed and what they told: time, rank, pid, gpu."""
+    """One message with its prefixes removed and what they told: time, rank, pid, gpu, and who printed it.
+
+    `log_host` is the host the line names (syslog's or NCCL's), which differs from the probe's host when logs
+    are collected centrally; `origin` is NCCL's `host:pid:tid`, the one thread that printed the line.
+    """
 
     text: str
     raw: str
@@ -51,37 +65,63 @@ class Line:
     rank: int | None = None
     pid: int | None = None
     gpu: int | None = None
+    log_host: str | None = None
+    origin: str | None = None
 
 
-def _time_of(groups: dict[str, str | None]) -> datetime | None:
+def _iso_time(groups: dict[str, str | None]) -> datetime:
+    stamp = groups["iso"].replace(",", ".").replace(" ", "T")  # type: ignore[union-attr]
+    if "." in stamp:  # fromisoformat takes at most 6 fraction digits
+        head, frac = stamp.split(".", 1)
+        stamp = f"{head}.{frac[:6]}"
+    zone = groups.get("zone") or "Z"
+    zone = "+00:00" if zone in ("Z", "UTC") else zone
+    if len(zone) == 5:
+        zone = zone[:3] + ":" + zone[3:]
+    return datetime.fromisoformat(stamp + zone).astimezone(UTC)
+
+
+def _yearless_time(month: int, day: int, hms: tuple[int, int, int], now: datetime) -> datetime | None:
+    """A syslog stamp without a year, in UTC: the latest year (Feb 29 may look back years) that does not put
+    it more than `_FUTURE_SLACK` after `now`."""
+    for year in range(now.year, now.year - 8, -1):
+        try:
+            moment = datetime(year, month, day, *hms, tzinfo=UTC)
+        except ValueError:  # Feb 29 outside a leap year, or a day the month lacks
+            continue
+        if moment <= now + _FUTURE_SLACK:
+            return moment
+    return None
+
+
+def _time_of(groups: dict[str, str | None], clock: Clock | None) -> datetime | None:
     try:
         if groups.get("iso"):
-            stamp = groups["iso"].replace(",", ".").replace(" ", "T")  # type: ignore[union-attr]
-            if "." in stamp:  # fromisoformat takes at most 6 fraction digits
-                head, frac = stamp.split(".", 1)
-                stamp = f"{head}.{frac[:6]}"
-            zone = groups.get("zone") or "Z"
-            zone = "+00:00" if zone in ("Z", "UTC") else zone
-            if len(zone) == 5:
-                zone = zone[:3] + ":" + zone[3:]
-            return datetime.fromisoformat(stamp + zone).astimezone(UTC)
-        if groups.get("year"):
-            hms = [int(x) for x in groups["hms"].split(":")]  # type: ignore[union-attr]
-            return datetime(int(groups["year"]), _MONTHS[groups["mon"]], int(groups["day"]),  # type: ignore[arg-type,index]
-                            *hms, tzinfo=UTC)
+            return _iso_time(groups)
+        hms_text, mon, day, year = groups.get("hms"), groups.get("mon"), groups.get("day"), groups.get("year")
+        if hms_text and mon and day:
+            hour, minute, second = (int(x) for x in hms_text.split(":"))
+            if year:
+                return datetime(int(year), _MONTHS[mon], int(day), hour, minute, second, tzinfo=UTC)
+            return _yearless_time(_MONTHS[mon], int(day), (hour, minute, second), (clock or _utc_now)())
     except (ValueError, KeyError):
         return None
     return None
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _int(value: str | None) -> int | None:
     return int(value) if value is not None else None
 
 
-def normalise(raw: str) -> Line:
-    """Strip prefixes layer by layer; the first time stamp, rank, pid and gpu seen are kept."""
+def normalise(raw: str, clock: Clock | None = None) -> Line:
+    """Strip prefixes layer by layer; the first time stamp, rank, pid, gpu and host seen are kept. `clock`
+    (read only for a stamp without a year) gives the year such a stamp belongs to."""
     text = raw.rstrip("\r\n")
-    moment = rank = pid = gpu = None
+    moment = rank = pid = gpu = log_host = origin = None
     for _ in range(MAX_LAYERS):
         for pattern in _PREFIXES:
             match = pattern.match(text)
@@ -90,13 +130,17 @@ def normalise(raw: str) -> Line:
         else:
             break
         groups = match.groupdict()
-        moment = moment or _time_of(groups)
+        moment = moment or _time_of(groups, clock)
         rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank"))
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
                                                or groups.get("syspid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))
+        log_host = log_host or groups.get("sysloghost") or groups.get("ncclhost")
+        if origin is None and groups.get("nccltid"):
+            origin = f"{groups['ncclhost']}:{groups['ncclpid']}:{groups['nccltid']}"
         text = text[match.end():]
-    return Line(text=text, raw=raw.rstrip("\r\n"), time=moment, rank=rank, pid=pid, gpu=gpu)
+    return Line(text=text, raw=raw.rstrip("\r\n"), time=moment, rank=rank, pid=pid, gpu=gpu,
+                log_host=log_host, origin=origin)
 
 
 def segments(raw: str) -> list[str]:
