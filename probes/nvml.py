@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from gpuslo.engine.errors import ProbeError
-from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.events import Event, canonical_pci_bus, parse_event
 from gpuslo.probes.probe_api import ProbeJob, new_event_id, now_text
 
 # What the common Xids mean, from NVIDIA's Xid catalogue; the number is always sent, this only helps a reader.
@@ -166,6 +166,11 @@ class PynvmlBackend:
         return XidRecord(int(pynvml.nvmlDeviceGetIndex(data.device)), int(data.eventData))
 
 
+def _pci_of(device: GpuDevice | None) -> str:
+    """The canonical bus id (engine.events.canonical_pci_bus) that log-probe Xids carry too."""
+    return "" if device is None else canonical_pci_bus(device.pci_bus) or device.pci_bus
+
+
 class NvmlProbe:
     """Turns NVML answers into `gpu_xid` events, memory samples and the inventory of this host's GPUs."""
 
@@ -248,7 +253,7 @@ class NvmlProbe:
         return parse_event({
             "id": new_event_id("xid"), "kind": "gpu_xid", "time": now_text(), "host": self.host,
             "source": self.name, **{k: v for k, v in self.envelope(record.device_index).items() if v is not None},
-            "attrs": {"xid": record.xid, "pci_bus": device.pci_bus if device else "",
+            "attrs": {"xid": record.xid, "pci_bus": _pci_of(device),
                       "detail": f"Xid {record.xid} on {name}: {meaning}"},
         })
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuslo.engine.events import canonical_pci_bus
 from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, SIZE, cuda_status, to_bytes
 
 # The prefilter: every family's start contains one of these, so lines without them are never parsed. Each
@@ -318,15 +319,8 @@ def _comm_abort(text: str) -> Found | None:
 
 
 def _pci(text: str) -> str | None:
-    """`0000:3B:00.0`, `PCI:0000:3b:00`, `00000000:3B:00.0` → `0000:3b:00` (domain:bus:device).
-
-    The function is dropped because Xid lines never print it; the one form lets a rule match the sentence
-    and the Xid line of one GPU (the GPU is always function 0; .1 is its audio device).
-    """
-    match = re.search(r"(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", text)
-    if not match:
-        return None
-    return f"{match.group(1)[-4:]}:{match.group(2)}:{match.group(3)}".lower()
+    """The canonical PCI form of events (engine.events.canonical_pci_bus)."""
+    return canonical_pci_bus(text)
 
 
 def _xid(text: str) -> Found | None:

@@ -63,8 +63,8 @@ def test_xids_become_gpu_xid_events_with_the_device_envelope() -> None:
     probe, _ = _started()
     events = probe.poll_xids(timeout_ms=0)
     assert [(e.kind, e.gpu, e.attrs["xid"], e.attrs["pci_bus"]) for e in events] == [
-        ("gpu_xid", 1, 79, "00000000:3B:00.0"), ("gpu_xid", 0, 13, "00000000:19:00.0"),
-        ("gpu_xid", 0, 4000, "00000000:19:00.0")]
+        ("gpu_xid", 1, 79, "0000:3b:00"), ("gpu_xid", 0, 13, "0000:19:00"),
+        ("gpu_xid", 0, 4000, "0000:19:00")]
     assert events[0].gpu_uuid == "GPU-0e9d8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
     assert events[0].attrs["detail"] == "Xid 79 on NVIDIA H200: GPU has fallen off the bus"
     assert events[2].attrs["detail"] == "Xid 4000 on NVIDIA H200: see NVIDIA's Xid catalogue"
