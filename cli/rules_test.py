@@ -26,11 +26,14 @@ def _file_lines(result: FileResult) -> list[str]:
     return lines
 
 
-def run_tests(paths: Sequence[Path]) -> tuple[bool, list[str]]:
-    """Run the test files found under `paths`: (all passed, the lines to print)."""
+def run_tests(paths: Sequence[Path], overrides_dir: Path | None = None) -> tuple[bool, list[str]]:
+    """Run the test files found under `paths` (against rulebooks with the site overrides of `overrides_dir`,
+    when given): (all passed, the lines to print)."""
     files, problems = find_test_files(paths)
     lines = [str(p) for p in problems]
-    results = [run_test_file(path) for path in files]
+    if overrides_dir is not None:
+        lines.append(f"with site overrides from {overrides_dir}: shipped tests describe shipped thresholds")
+    results = [run_test_file(path, overrides_dir=overrides_dir) for path in files]
     for result in results:
         lines += _file_lines(result)
     cases = sum(len(r.cases) for r in results)
@@ -48,15 +51,24 @@ def run_tests(paths: Sequence[Path]) -> tuple[bool, list[str]]:
 
 @click.command("test")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--with-overrides", is_flag=True,
+              help="Apply the site overrides (`rules_overrides_dir`, or --overrides) before testing.")
+@click.option("--overrides", "overrides_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="Site overrides folder to apply (implies --with-overrides).")
 @click.pass_context
-def rules_test(ctx: click.Context, paths: tuple[Path, ...]) -> None:
+def rules_test(ctx: click.Context, paths: tuple[Path, ...], with_overrides: bool, overrides_dir: Path | None) -> None:
     """Run rule tests (`<name>.test.yaml` beside each rulebook; default: the `rules_dir` setting or rules/).
 
-    PATH may be a folder, a test file, or a rulebook (its test file beside it). Exit 1 on any failure.
+    PATH may be a folder, a test file, or a rulebook (its test file beside it). Exit 1 on any failure. The
+    shipped rulebooks are tested as shipped unless --with-overrides is given.
     """
     settings = ctx.find_root().obj
     default = getattr(settings, "rules_dir", None) or DEFAULT_RULES_DIR
-    ok, lines = run_tests(paths or (Path(default),))
+    if with_overrides and overrides_dir is None:
+        overrides_dir = getattr(settings, "rules_overrides_dir", None)
+        if overrides_dir is None:
+            raise click.UsageError("--with-overrides needs the rules_overrides_dir setting or --overrides DIR")
+    ok, lines = run_tests(paths or (Path(default),), overrides_dir)
     for line in lines:
         click.echo(line)
     ctx.exit(0 if ok else 1)

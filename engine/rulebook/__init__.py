@@ -8,8 +8,9 @@ from pathlib import Path
 from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.rulebook.build import build_rulebook
 from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import decode, load_yaml
+from gpuslo.engine.rulebook.loader import Document, decode, load_yaml
 from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.rulebook.overrides import apply_override, orphan_problems, override_path
 from gpuslo.engine.rulebook.validate import rulebook_json_schema, validate
 
 __all__ = [
@@ -25,17 +26,20 @@ RULEBOOK_SUFFIXES = (".yaml", ".yml")
 TEST_SUFFIX = ".test.yaml"
 
 
-def load_rulebook_text(text: str, filename: str) -> Rulebook:
-    """Parse, validate and build one rulebook; raises RulebookError listing every problem, in file order."""
+def _document(text: str, filename: str) -> Document:
     doc = load_yaml(text, filename)
     problems = validate(doc)
     if problems:
         raise RulebookError(problems)
-    return build_rulebook(doc, text)
+    return doc
 
 
-def load_rulebook(path: Path) -> Rulebook:
-    """Load one rulebook file (at most 1 MiB of UTF-8)."""
+def load_rulebook_text(text: str, filename: str) -> Rulebook:
+    """Parse, validate and build one rulebook; raises RulebookError listing every problem, in file order."""
+    return build_rulebook(_document(text, filename), text)
+
+
+def _read(path: Path) -> str:
     name = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -43,7 +47,26 @@ def load_rulebook(path: Path) -> Rulebook:
         raise RulebookError(
             [RulebookProblem(Location(name), f"cannot read file: {exc.strerror or exc}")]
         ) from exc
-    return load_rulebook_text(decode(raw, name), name)
+    return decode(raw, name)
+
+
+def load_rulebook(path: Path, *, overrides_dir: Path | None = None) -> Rulebook:
+    """Load one rulebook file (at most 1 MiB of UTF-8), with its site override from `overrides_dir` if any.
+
+    A broken override refuses the rulebook: its problems, then one at the rulebook saying it was not loaded
+    (so a server keeps that rulebook's last good version, as for a broken rulebook file).
+    """
+    text = _read(path)
+    doc = _document(text, str(path))
+    override = override_path(overrides_dir, doc.data["rulebook"]) if overrides_dir is not None else None
+    if override is None:
+        return build_rulebook(doc, text)
+    try:
+        return apply_override(doc, text, _read(override), str(override))
+    except RulebookError as exc:
+        note = RulebookProblem(doc.at(("rulebook",)), f"rulebook '{doc.data['rulebook']}' not loaded: its site "
+                                                      f"override {override} has problems")
+        raise RulebookError([*exc.problems, note]) from exc
 
 
 def _rulebook_files(directory: Path) -> list[Path]:
@@ -54,7 +77,9 @@ def _rulebook_files(directory: Path) -> list[Path]:
     )
 
 
-def _load_many(files: Sequence[Path]) -> tuple[tuple[Rulebook, ...], tuple[RulebookProblem, ...]]:
+def _load_many(
+    files: Sequence[Path], overrides_dir: Path | None = None
+) -> tuple[tuple[Rulebook, ...], tuple[RulebookProblem, ...]]:
     """Load files, refusing rule ids and rulebook names that repeat across them (the later one is refused)."""
     good: list[Rulebook] = []
     problems: list[RulebookProblem] = []
@@ -62,7 +87,7 @@ def _load_many(files: Sequence[Path]) -> tuple[tuple[Rulebook, ...], tuple[Ruleb
     name_seen: dict[str, Location] = {}
     for path in files:
         try:
-            book = load_rulebook(path)
+            book = load_rulebook(path, overrides_dir=overrides_dir)
         except RulebookError as exc:
             problems.extend(exc.problems)
             continue
@@ -92,23 +117,54 @@ def _load_many(files: Sequence[Path]) -> tuple[tuple[Rulebook, ...], tuple[Ruleb
     return tuple(good), tuple(problems)
 
 
-def load_directory(directory: Path) -> tuple[tuple[Rulebook, ...], tuple[RulebookProblem, ...]]:
-    """Every `*.yaml`/`*.yml` rulebook of a directory (sorted, not recursive, `*.test.yaml` skipped)."""
+def _overrides_problems(overrides_dir: Path | None, rules_dirs: Sequence[Path]) -> list[RulebookProblem]:
+    if overrides_dir is None:
+        return []
+    if not Path(overrides_dir).is_dir():
+        return [RulebookProblem(Location(str(overrides_dir)), "overrides folder is not a directory "
+                                                              "(rulebooks load without site overrides)")]
+    if any(Path(overrides_dir).resolve() == Path(d).resolve() for d in rules_dirs):
+        return [RulebookProblem(Location(str(overrides_dir)), "the overrides folder must not be the rules folder",
+                                hint="e.g. /etc/gpuslo/rules.d")]
+    return []
+
+
+def _load_with_overrides(
+    files: Sequence[Path], overrides_dir: Path | None, rules_dirs: Sequence[Path]
+) -> tuple[tuple[Rulebook, ...], tuple[RulebookProblem, ...]]:
+    """Load rulebook files with their overrides; also report override files that name no rulebook."""
+    setup = _overrides_problems(overrides_dir, rules_dirs)
+    usable = overrides_dir if overrides_dir is not None and not setup else None
+    good, problems = _load_many(files, usable)
+    if usable is not None and rules_dirs:
+        known = {book.name for book in good} | {p.name.rsplit(".", 1)[0] for p in files}
+        setup += orphan_problems(usable, known)
+    return good, tuple(setup) + problems
+
+
+def load_directory(
+    directory: Path, overrides_dir: Path | None = None
+) -> tuple[tuple[Rulebook, ...], tuple[RulebookProblem, ...]]:
+    """Every `*.yaml`/`*.yml` rulebook of a directory (sorted, not recursive, `*.test.yaml` skipped), each with
+    its site override `<name>.yaml` from `overrides_dir` when there is one."""
     directory = Path(directory)
     if not directory.is_dir():
         return (), (RulebookProblem(Location(str(directory)), "not a directory"),)
-    return _load_many(_rulebook_files(directory))
+    return _load_with_overrides(_rulebook_files(directory), overrides_dir, [directory])
 
 
-def check_paths(paths: Sequence[Path]) -> tuple[RulebookProblem, ...]:
-    """Every problem of the given rulebook files and directories, for `gpuslo rules check`."""
+def check_paths(paths: Sequence[Path], overrides_dir: Path | None = None) -> tuple[RulebookProblem, ...]:
+    """Every problem of the given rulebook files and directories (and of their site overrides), for
+    `gpuslo rules check`; override files naming no rulebook are reported when a directory is checked."""
     files: list[Path] = []
     missing: list[RulebookProblem] = []
+    dirs: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
             files.extend(_rulebook_files(path))
+            dirs.append(path)
         elif path.exists():
             files.append(path)
         else:
             missing.append(RulebookProblem(Location(str(path)), "no such file or directory"))
-    return tuple(missing) + _load_many(files)[1]
+    return tuple(missing) + _load_with_overrides(files, overrides_dir, dirs)[1]

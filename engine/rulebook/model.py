@@ -157,6 +157,22 @@ class Lifecycle:
 
 
 @dataclass(frozen=True)
+class Override:
+    """One site override in force: what it changed (`kind` rule/macro/list, `name`, `field`), the new value as
+    written, and where the override stands. `field` is "" for a replaced macro or list."""
+
+    kind: str
+    name: str
+    field: str
+    value: str
+    location: Location
+
+    def __str__(self) -> str:
+        field = f" {self.field}" if self.field else ""
+        return f"{self.kind} {self.name}{field} = {self.value} ({self.location})"
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     title: str
@@ -171,6 +187,8 @@ class Rule:
     runbook: str | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     lifecycle: Lifecycle = Lifecycle()
+    # Site overrides that changed this rule: its own fields, and the macros and lists its conditions use.
+    overrides: tuple[Override, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,6 +202,15 @@ class Rulebook:
     content_hash: str
     requires: str | None = None
     location: Location = Location()  # where the `rulebook:` name stands
+    # The site override file applied (rules_overrides_dir), its text, and every override it made.
+    override_file: str | None = None
+    override_source: str = ""
+    overrides: tuple[Override, ...] = ()
+
+    @property
+    def disabled(self) -> tuple[str, ...]:
+        """Ids of shipped rules a site override turned off (they are not in `rules`)."""
+        return tuple(o.name for o in self.overrides if o.kind == "rule" and o.field == "enabled")
 
     def rule(self, rule_id: str) -> Rule:
         for rule in self.rules:

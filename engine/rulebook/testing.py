@@ -172,21 +172,22 @@ def run_case(rulebook: Rulebook, case: RuleTestCase, *, lateness_s: float = 60.0
     return CaseResult(case, tuple(got), check_case(case, got))
 
 
-def load_pair(test_path: Path) -> tuple[Rulebook, RuleTestFile]:
-    """The rulebook a test file names and the checked test file (rule names checked against it)."""
+def load_pair(test_path: Path, overrides_dir: Path | None = None) -> tuple[Rulebook, RuleTestFile]:
+    """The rulebook a test file names (with its site override from `overrides_dir`, if given) and the checked
+    test file (rule names checked against the shipped rules, so a rule an override disables fails its cases)."""
     rulebook_path = read_test_header(test_path)
     try:
-        rulebook = load_rulebook(rulebook_path)
+        rulebook = load_rulebook(rulebook_path, overrides_dir=overrides_dir)
     except RulebookError as exc:
         note = RulebookProblem(Location(str(test_path)), f"its rulebook {rulebook_path} does not load")
         raise RulebookError([note, *exc.problems]) from exc
-    return rulebook, load_test_file(test_path, {r.id for r in rulebook.rules})
+    return rulebook, load_test_file(test_path, {r.id for r in rulebook.rules} | set(rulebook.disabled))
 
 
-def run_test_file(test_path: Path, *, lateness_s: float = 60.0) -> FileResult:
+def run_test_file(test_path: Path, *, lateness_s: float = 60.0, overrides_dir: Path | None = None) -> FileResult:
     """Run every case of one test file; a file or rulebook that does not load becomes `problems`."""
     try:
-        rulebook, tests = load_pair(test_path)
+        rulebook, tests = load_pair(test_path, overrides_dir)
     except RulebookError as exc:
         return FileResult(test_path, problems=exc.problems)
     results = []
