@@ -72,6 +72,8 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.auth_views import auth
     from gpuslo.web.incidents_api import incidents_api
     from gpuslo.web.incidents_ui import incidents_ui
+    from gpuslo.web.notifications_api import notifications_api
+    from gpuslo.web.notifications_ui import notifications_ui
     from gpuslo.web.ops import ops
     from gpuslo.web.ui import ui
 
@@ -83,6 +85,8 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(auth)
     app.register_blueprint(audit_ui)
     app.register_blueprint(admin_api)
+    app.register_blueprint(notifications_api)
+    app.register_blueprint(notifications_ui)
 
 
 def register_error_handlers(app: Flask) -> None:

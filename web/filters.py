@@ -12,6 +12,8 @@ from werkzeug.datastructures import MultiDict
 
 from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.model import SEVERITIES
+from gpuslo.engine.store.notifications import NotificationFilter
+from gpuslo.engine.store.outbox_models import NOTIFICATION_STATUSES
 from gpuslo.engine.store.views import EventFilter, ViolationFilter
 from gpuslo.engine.violations import STATUSES
 from gpuslo.web.errors import RequestError
@@ -113,6 +115,8 @@ def _paging(problems: _Problems, default_page_size: int) -> Paging:
 
 VIOLATION_PARAMS = ("status", "severity", "slo", "rule", "host", "gpu", "since", "until", "page", "page_size")
 EVENT_PARAMS = ("kind", "host", "gpu", "job", "since", "until", "page", "page_size")
+NOTIFICATION_PARAMS = ("status", "receiver", "page", "page_size")
+ALL = "all"
 
 
 def violation_filter(args: MultiDict[str, str], default_page_size: int) -> tuple[ViolationFilter, Paging]:
@@ -143,3 +147,14 @@ def event_filter(args: MultiDict[str, str], default_page_size: int) -> tuple[Eve
     paging = _paging(problems, default_page_size)
     problems.raise_if_any()
     return EventFilter(kind=kind, host=host, gpu=gpu, job=job, since=since, until=until), paging
+
+
+def notification_filter(args: MultiDict[str, str], default_page_size: int,
+                        default_status: str | None = None) -> tuple[NotificationFilter, Paging]:
+    """Filters of GET /notifications (API and UI); `status=all` lifts the page's default status."""
+    problems = _Problems(args, NOTIFICATION_PARAMS)
+    status = problems.value("status", _choice((*NOTIFICATION_STATUSES, ALL))) or default_status
+    receiver = problems.value("receiver", _text)
+    paging = _paging(problems, default_page_size)
+    problems.raise_if_any()
+    return NotificationFilter(status=None if status == ALL else status, receiver=receiver), paging

@@ -38,6 +38,12 @@ ROUTE_POLICY: dict[str, str] = {
     "incidents_ui.silences_page": READ,
     "incidents_ui.create_silence": OPERATE,
     "incidents_ui.expire_silence": OPERATE,
+    # notifications and their delivery attempts; a retry sends a dead notification again
+    "notifications_api.violation_notifications": READ,
+    "notifications_api.list_notifications": READ,
+    "notifications_api.retry_notification": OPERATE,
+    "notifications_ui.notifications_page": READ,
+    "notifications_ui.retry_notification": OPERATE,
     # administration and the audit log (source addresses and failed logins are in it)
     "admin_api.list_audit": ADMIN,
     "admin_api.list_tokens": ADMIN,

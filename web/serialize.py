@@ -49,5 +49,15 @@ def rulebook_json(rulebook: Any) -> dict[str, Any]:
         "hash": rulebook.content_hash,
         "slos": {slo_id: to_json(slo) for slo_id, slo in rulebook.slos.items()},
         "rules": [{"id": r.id, "title": r.title, "slo": r.slo, "severity": r.severity,
-                   "location": str(r.location)} for r in rulebook.rules],
+                   "location": str(r.location), "overridden": [_override_json(o) for o in r.overrides]}
+                  for r in rulebook.rules],
+        # the site override in force (rules_overrides_dir), or null; its text is covered by "hash"
+        "site_override": None if rulebook.override_file is None else {
+            "file": rulebook.override_file, "disabled": list(rulebook.disabled),
+            "changes": [_override_json(o) for o in rulebook.overrides]},
     }
+
+
+def _override_json(override: Any) -> dict[str, Any]:
+    return {"kind": override.kind, "name": override.name, "field": override.field, "value": override.value,
+            "location": str(override.location)}

@@ -12,7 +12,7 @@ from werkzeug.wrappers import Response
 
 from gpuslo.engine.events import KINDS, format_time
 from gpuslo.engine.rulebook.model import SEVERITIES
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import notifications, repository
 from gpuslo.engine.violations import STATUSES
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
@@ -83,9 +83,11 @@ def violations() -> str:
 def violation(violation_id: int) -> str:
     with current_core().database.session(readonly=True) as session:
         detail = repository.get_violation(session, violation_id)
+        sent = notifications.of_violation(session, violation_id) if detail is not None else None
     if detail is None:
         raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
-    return render_template("violation.html", v=detail, explanation=detail.explanation or {})
+    return render_template("violation.html", v=detail, explanation=detail.explanation or {},
+                           notifications=sent or ())
 
 
 @ui.get("/rulebooks")

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.store.models import SilenceRow, ViolationRow
+from gpuslo.engine.store.outbox_models import NotificationRow
 
 
 def violation(session: Session, violation_id: int) -> dict[str, Any] | None:
@@ -28,9 +29,19 @@ def silence(session: Session, silence_id: int) -> dict[str, Any] | None:
             "expired_by": row.expired_by}
 
 
+def notification(session: Session, notification_id: int) -> dict[str, Any] | None:
+    """The delivery state a retry changes (never the payload: it is the receiver's business)."""
+    row = session.scalars(select(NotificationRow).where(NotificationRow.id == notification_id)
+                          .with_for_update()).first()
+    if row is None:
+        return None
+    return {"violation_id": row.violation_id, "receiver": row.receiver, "action": row.action,
+            "status": row.status, "attempts": row.attempts, "next_attempt_at": row.next_attempt_at}
+
+
 def of(session: Session, target_type: str, target_id: object) -> dict[str, Any] | None:
-    """The snapshot of a violation or silence by id; None for other targets or an unknown id."""
+    """The snapshot of a violation, silence or notification by id; None for other targets or an unknown id."""
     if target_id is None:
         return None
-    reader = {"violation": violation, "silence": silence}.get(target_type)
+    reader = {"violation": violation, "silence": silence, "notification": notification}.get(target_type)
     return reader(session, int(str(target_id))) if reader else None

@@ -1,0 +1,83 @@
+"""How notifications and their attempts are shown (pages and JSON), with a last scrub of secrets.
+
+The delivery worker stores errors with every configured secret value replaced by ***; this is the second lock on
+the door. A receiver may echo only the path of a secret URL (a Slack webhook's token is in its path), which the
+worker's whole-value redaction misses, so the parts of secret URLs are hidden too; and every URL is cut down to
+its scheme and host, because its path or query may carry a credential gpuslo does not know is one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpuslo.engine.alerts.secrets import REDACTED, redact
+from gpuslo.engine.store.notifications import NotificationDetail
+from gpuslo.web.context import current_core
+from gpuslo.web.serialize import to_json
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+MIN_FRAGMENT = 16
+# Fields of a notification in the API; the payload stays out (it is what receivers got, served by no route).
+FIELDS = ("id", "violation_id", "receiver", "action", "dedup_key", "status", "suppressed_reason", "attempts",
+          "next_attempt_at", "lease_until", "created_at", "delivered_at")
+
+
+def _host_only(match: re.Match[str]) -> str:
+    url = match.group(0)
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return REDACTED
+    host = f"[{host}]" if ":" in host else host
+    rest = url[len(parts.scheme) + 3 + len(parts.netloc):]  # path, query and fragment
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{'/' + REDACTED if rest.strip('/') else ''}"
+
+
+def secret_fragments(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The secrets plus the parts of secret URLs a receiver may echo alone: the path with its query, the query,
+    and every path segment of 16 characters or more (a Slack webhook's token)."""
+    found = []
+    for secret in secrets:
+        found.append(secret)
+        match = _URL.fullmatch(secret)
+        if not match:
+            continue
+        rest = secret[len(urlsplit(secret).scheme) + 3:].partition("/")[2]
+        path, _, query = rest.partition("?")
+        found += ["/" + rest, query, *(part for part in path.split("/") if len(part) >= MIN_FRAGMENT)]
+    return tuple(f for f in found if len(f) >= MIN_FRAGMENT // 2)
+
+
+def scrub(text: str | None, secrets: Iterable[str] = ()) -> str | None:
+    """`text` with every secret (and echoed part of a secret URL) replaced by *** and every URL reduced to
+    scheme://host[:port]."""
+    if not text:
+        return text
+    return _URL.sub(_host_only, redact(text, secret_fragments(secrets)))
+
+
+def _configured_secrets() -> tuple[str, ...]:
+    alerts = getattr(current_core(), "alerts", None)
+    return alerts.secret_values() if alerts is not None else ()
+
+
+def detail_json(detail: NotificationDetail, secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """A notification's fields plus `delivery_attempts` (oldest first), errors scrubbed."""
+    secrets = tuple(secrets)
+    body = {name: to_json(getattr(detail.notification, name)) for name in FIELDS}
+    body["delivery_attempts"] = [{**to_json(a), "error": scrub(a.error, secrets)} for a in detail.attempts]
+    return body
+
+
+def details_json(details: Iterable[NotificationDetail]) -> list[dict[str, Any]]:
+    secrets = _configured_secrets()
+    return [detail_json(d, secrets) for d in details]
+
+
+def scrubbed(text: str | None) -> str:
+    """The `scrubbed` template filter: an attempt's error as it may be shown."""
+    return scrub(text, _configured_secrets()) or ""

@@ -1,0 +1,46 @@
+"""The notifications API under /api/v1: a violation's notifications, the outbox filtered, and the retry of a
+dead letter. Errors: NotFoundError 404, InvalidTransition 409 (gpuslo.web.errors)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify, request
+
+from gpuslo.engine.store import notifications
+from gpuslo.engine.store.notifications import NotificationDetail
+from gpuslo.web.context import current_core
+from gpuslo.web.errors import RequestError
+from gpuslo.web.filters import notification_filter
+from gpuslo.web.incident_input import action_input
+from gpuslo.web.notification_display import details_json
+
+notifications_api = Blueprint("notifications_api", __name__, url_prefix="/api/v1")
+
+
+@notifications_api.get("/violations/<int:violation_id>/notifications")
+def violation_notifications(violation_id: int) -> Response:
+    """Every notification of a violation, oldest first, each with its delivery attempts."""
+    with current_core().database.session(readonly=True) as session:
+        found = notifications.of_violation(session, violation_id)
+    if found is None:
+        raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
+    return jsonify({"items": details_json(found)})
+
+
+@notifications_api.get("/notifications")
+def list_notifications() -> Response:
+    """A page of notifications, newest first; `status` and `receiver` filter (every status by default)."""
+    filters, paging = notification_filter(request.args, current_core().settings.page_size)
+    with current_core().database.session(readonly=True) as session:
+        page = notifications.page_notifications(session, filters, page=paging.page, page_size=paging.page_size)
+    return jsonify({"items": details_json(page.items), "page": page.page, "page_size": page.page_size,
+                    "total": page.total, "has_next": page.has_next})
+
+
+@notifications_api.post("/notifications/<int:notification_id>/retry")
+def retry_notification(notification_id: int) -> Response:
+    """Send a dead notification again; the answer is the notification, now pending (its attempts so far too)."""
+    given = action_input()
+    view = current_core().retry_notification(notification_id, actor=given.actor, source=given.source)
+    with current_core().database.session(readonly=True) as session:
+        detail = notifications.get_detail(session, view.id)
+    return jsonify(details_json([detail or NotificationDetail(view, ())])[0])
