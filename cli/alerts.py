@@ -28,8 +28,10 @@ def alerts_test(ctx: click.Context, config_path: Path | None, route_name: str | 
     path = config_path or settings.alerts_config
     if path is None:
         raise ConfigError("no alerts config: pass --config or set alerts_config / GPUSLO_ALERTS_CONFIG")
-    results = send_test(load_alerts_config(path), route_name=route_name, public_url=settings.public_url,
-                        resolve=not no_resolve)
+    config = load_alerts_config(path)
+    for warning in config.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    results = send_test(config, route_name=route_name, public_url=settings.public_url, resolve=not no_resolve)
     if not results:
         click.echo("no receiver matched the test alert")
         ctx.exit(1)

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
-
+from gpuslo.engine.alerts.egress import GuardedClients, Resolver, system_resolver
 from gpuslo.engine.alerts.notification import Notification
 from gpuslo.engine.alerts.routing import AlertsConfig, TokenBuckets
 from gpuslo.engine.alerts.secrets import redact
@@ -78,20 +77,21 @@ class DeliveryWorker:
 
     def __init__(self, database: Database, config: AlertsConfig, policy: DeliveryPolicy | None = None, *,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC), rng: random.Random | None = None,
-                 client: httpx.Client | None = None):
+                 resolver: Resolver = system_resolver):
         self.database, self.config = database, config
         self.policy = policy or DeliveryPolicy()
         self.clock = clock
         self.rng = rng or random.Random()
         self.buckets = TokenBuckets(config.rate_limits)
-        self.client = client or httpx.Client(timeout=self.policy.timeout_s, follow_redirects=False)
+        # Receivers' hosts are resolved again and vetted at each new connection (egress), with `resolver`.
+        self.clients = GuardedClients(self.policy.timeout_s, resolver)
         # httpx logs every request URL at INFO, and a Slack webhook URL is a secret.
         self._scrubber = SecretScrubber(config.secret_values())
         logging.getLogger("httpx").addFilter(self._scrubber)
 
     def close(self) -> None:
         logging.getLogger("httpx").removeFilter(self._scrubber)
-        self.client.close()
+        self.clients.close()
 
     def install(self, scheduler: Any, interval_s: float = 1.0) -> None:
         """Add the delivery job to an APScheduler 3 scheduler (one running instance, missed runs coalesced)."""
@@ -127,7 +127,8 @@ class DeliveryWorker:
             return
         notification = Notification.from_dict(row.payload)
         request = receiver.render(notification, message_id(row.id), self.clock())
-        self._finish(row, send(self.client, request, self.clock()))
+        client = self.clients.get(self.config.target_policy(row.receiver))
+        self._finish(row, send(client, request, self.clock()))
 
     def _finish(self, row: NotificationView, outcome: Outcome) -> None:
         status, retry_at = outcome.status, None

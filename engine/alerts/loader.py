@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gpuslo.engine.alerts.egress import Resolver, TargetPolicy, check_url, system_resolver
 from gpuslo.engine.alerts.notification import SEVERITIES, Receiver
 from gpuslo.engine.alerts.opsgenie import DEFAULT_URL as OPSGENIE_URL
 from gpuslo.engine.alerts.opsgenie import OpsgenieReceiver
@@ -20,22 +22,28 @@ from gpuslo.engine.errors import ConfigError, RulebookError
 from gpuslo.engine.rulebook.loader import Document, Path_, decode, load_yaml
 from gpuslo.engine.units import parse_duration
 
+log = logging.getLogger(__name__)
 TOP = {"receivers", "routes", "inhibit"}
 RECEIVER_FIELDS = {
     "pagerduty": {"routing_key", "url"}, "slack": {"url"}, "opsgenie": {"api_key", "url"},
     "webhook": {"url", "secret", "format"},
 }
-COMMON = {"name", "type", "rate_limit"}
+COMMON = {"name", "type", "rate_limit", "allow_private_network", "allow_http"}
 ROUTE_FIELDS = {"name", "match", "receivers", "group_wait", "repeat_interval", "send_resolved", "continue"}
 
 
 class _Problems:
-    def __init__(self, document: Document, environ: Mapping[str, str] | None):
-        self.doc, self.environ, self.items = document, environ, []
+    def __init__(self, document: Document, environ: Mapping[str, str] | None, resolver: Resolver):
+        self.doc, self.environ, self.resolver, self.items = document, environ, resolver, []
         self.secrets: list[Secret] = []
+        self.warnings: list[str] = []
+        self.declared: set[str] = set()  # receiver names, valid or not: routes naming a broken one say nothing more
 
     def add(self, path: Path_, message: str, *, key: bool = False) -> None:
         self.items.append(f"{self.doc.at(path, key=key)}: {message}")
+
+    def warn(self, path: Path_, message: str) -> None:
+        self.warnings.append(f"{self.doc.at(path)}: {message}")
 
     def mapping(self, value: Any, path: Path_, allowed: set[str], what: str) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -59,18 +67,32 @@ class _Problems:
         self.secrets.append(found)
         return found
 
-    def url(self, value: Any, path: Path_, *, secret_allowed: bool) -> str | Secret | None:
+    def url(self, value: Any, path: Path_, target: tuple[str, TargetPolicy], *,
+            secret_allowed: bool) -> str | Secret | None:
+        """The receiver's URL once vetted (egress.check_url); a secret URL is named by its reference only."""
         if isinstance(value, str) and is_reference(value) and secret_allowed:
             found = self.secret(value, path)
-            checked = found.value if found else None
+            checked, shown = (found.value, found.ref) if found else (None, value)
         else:
-            found = checked = value if isinstance(value, str) else None
-        if checked is not None and not checked.startswith(("http://", "https://")):
-            self.add(path, "url must start with http:// or https://")
+            found = checked = shown = value if isinstance(value, str) else None
+        if checked is None or shown is None:
+            if not isinstance(value, str):
+                self.add(path, "url must be a string")
             return None
-        if checked is None and found is None and not isinstance(value, str):
-            self.add(path, "url must be a string")
-        return found
+        name, policy = target
+        verdict = check_url(checked, shown, policy, self.resolver)
+        for error in verdict.errors:
+            self.add(path, f'receiver "{name}": {error}')
+        if verdict.warning:
+            self.warn(path, f'receiver "{name}": {verdict.warning}')
+        return None if verdict.errors else found
+
+    def flag(self, item: dict[str, Any], path: Path_, name: str) -> bool:
+        value = item.get(name, False)
+        if not isinstance(value, bool):
+            self.add((*path, name), f"{name} must be true or false")
+            return False
+        return value
 
     def duration(self, value: Any, path: Path_, default: float) -> float:
         if value is None:
@@ -82,33 +104,40 @@ class _Problems:
             return default
 
 
-def load_alerts_config(path: Path, environ: Mapping[str, str] | None = None) -> AlertsConfig:
-    """Read, validate and resolve an alerts.yaml file; ConfigError lists every problem with file:line:col."""
+def load_alerts_config(path: Path, environ: Mapping[str, str] | None = None, *,
+                       resolver: Resolver = system_resolver) -> AlertsConfig:
+    """Read, validate and resolve an alerts.yaml file; ConfigError lists every problem with file:line:col.
+
+    Receiver hosts are resolved with `resolver` and refused when not public (see egress); a host that does not
+    resolve now is a warning (`AlertsConfig.warnings`, also logged): DNS may be down at start-up."""
     try:
         text = decode(path.read_bytes(), str(path))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read alerts config: {exc.strerror}") from exc
     except RulebookError as exc:
         raise ConfigError(str(exc)) from exc
-    return load_alerts_text(text, str(path), environ)
+    return load_alerts_text(text, str(path), environ, resolver=resolver)
 
 
-def load_alerts_text(text: str, filename: str, environ: Mapping[str, str] | None = None) -> AlertsConfig:
+def load_alerts_text(text: str, filename: str, environ: Mapping[str, str] | None = None, *,
+                     resolver: Resolver = system_resolver) -> AlertsConfig:
     try:
         document = load_yaml(text, filename)
     except RulebookError as exc:
         raise ConfigError(str(exc)) from exc
-    problems = _Problems(document, environ)
+    problems = _Problems(document, environ, resolver)
     top = problems.mapping(document.data if document.data is not None else {}, (), TOP, "alerts config")
-    receivers, limits = _receivers(problems, top.get("receivers", []))
+    receivers, limits, targets = _receivers(problems, top.get("receivers", []))
     routes = tuple(_route(problems, item, ("routes", i), receivers)
                    for i, item in enumerate(_list(problems, top.get("routes", []), ("routes",))))
     inhibit = tuple(_inhibit(problems, item, ("inhibit", i))
                     for i, item in enumerate(_list(problems, top.get("inhibit", []), ("inhibit",))))
     if problems.items:
         raise ConfigError("\n".join(problems.items))
+    for warning in problems.warnings:
+        log.warning("%s", warning)
     return AlertsConfig(MappingProxyType(receivers), routes, inhibit, MappingProxyType(limits), filename,
-                        tuple(problems.secrets))
+                        tuple(problems.secrets), MappingProxyType(targets), tuple(problems.warnings))
 
 
 def _list(problems: _Problems, value: Any, path: Path_) -> list[Any]:
@@ -118,9 +147,11 @@ def _list(problems: _Problems, value: Any, path: Path_) -> list[Any]:
     return value
 
 
-def _receivers(problems: _Problems, value: Any) -> tuple[dict[str, Receiver], dict[str, RateLimit]]:
+def _receivers(problems: _Problems,
+               value: Any) -> tuple[dict[str, Receiver], dict[str, RateLimit], dict[str, TargetPolicy]]:
     receivers: dict[str, Receiver] = {}
     limits: dict[str, RateLimit] = {}
+    targets: dict[str, TargetPolicy] = {}
     for index, item in enumerate(_list(problems, value, ("receivers",))):
         path: Path_ = ("receivers", index)
         kind = item.get("type") if isinstance(item, dict) else None
@@ -132,40 +163,46 @@ def _receivers(problems: _Problems, value: Any) -> tuple[dict[str, Receiver], di
         if not isinstance(name, str) or not name:
             problems.add((*path, "name"), "receiver needs a name")
             continue
-        if name in receivers:
+        if name in problems.declared:
             problems.add((*path, "name"), f"receiver '{name}' is defined twice")
-        built = _BUILDERS[kind](problems, item, path, name)
+        problems.declared.add(name)
+        policy = TargetPolicy(allow_private_network=problems.flag(item, path, "allow_private_network"),
+                              allow_http=problems.flag(item, path, "allow_http"))
+        built = _BUILDERS[kind](problems, item, path, (name, policy))
         if built is not None:
-            receivers[name] = built
+            receivers[name], targets[name] = built, policy
         if "rate_limit" in item:
             limit = _rate_limit(problems, item["rate_limit"], (*path, "rate_limit"))
             if limit is not None:
                 limits[name] = limit
-    return receivers, limits
+    return receivers, limits, targets
 
 
-def _pagerduty(problems: _Problems, item: dict[str, Any], path: Path_, name: str) -> Receiver | None:
+_Target = tuple[str, TargetPolicy]  # the receiver's name and what its URL may reach
+
+
+def _pagerduty(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
     key = problems.secret(item.get("routing_key"), (*path, "routing_key"))
-    url = problems.url(item.get("url", PAGERDUTY_URL), (*path, "url"), secret_allowed=False)
-    return PagerDutyReceiver(name, key, str(url)) if key and url else None
+    url = problems.url(item.get("url", PAGERDUTY_URL), (*path, "url"), target, secret_allowed=False)
+    return PagerDutyReceiver(target[0], key, str(url)) if key and url else None
 
 
-def _slack(problems: _Problems, item: dict[str, Any], path: Path_, name: str) -> Receiver | None:
+def _slack(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
     if not (isinstance(item.get("url"), str) and is_reference(item["url"])):
         problems.add((*path, "url"), "a Slack webhook URL is a secret: write it as 'env:VAR' or 'file:/path'")
         return None
-    url = problems.url(item["url"], (*path, "url"), secret_allowed=True)
-    return SlackReceiver(name, url) if isinstance(url, Secret) else None
+    url = problems.url(item["url"], (*path, "url"), target, secret_allowed=True)
+    return SlackReceiver(target[0], url) if isinstance(url, Secret) else None
 
 
-def _opsgenie(problems: _Problems, item: dict[str, Any], path: Path_, name: str) -> Receiver | None:
+def _opsgenie(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
     key = problems.secret(item.get("api_key"), (*path, "api_key"))
-    url = problems.url(item.get("url", OPSGENIE_URL), (*path, "url"), secret_allowed=False)
-    return OpsgenieReceiver(name, key, str(url)) if key and url else None
+    url = problems.url(item.get("url", OPSGENIE_URL), (*path, "url"), target, secret_allowed=False)
+    return OpsgenieReceiver(target[0], key, str(url)) if key and url else None
 
 
-def _webhook(problems: _Problems, item: dict[str, Any], path: Path_, name: str) -> Receiver | None:
-    url = problems.url(item.get("url"), (*path, "url"), secret_allowed=True)
+def _webhook(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
+    url = problems.url(item.get("url"), (*path, "url"), target, secret_allowed=True)
     refs = item.get("secret", [])
     refs = [refs] if isinstance(refs, str) else refs
     secrets = []
@@ -185,10 +222,10 @@ def _webhook(problems: _Problems, item: dict[str, Any], path: Path_, name: str) 
     if fmt not in FORMATS:
         problems.add((*path, "format"), f"format must be one of {', '.join(FORMATS)}")
         return None
-    return WebhookReceiver(name, url, tuple(secrets), fmt) if url else None
+    return WebhookReceiver(target[0], url, tuple(secrets), fmt) if url else None
 
 
-_BUILDERS: dict[str, Callable[[_Problems, dict[str, Any], Path_, str], Receiver | None]] = {
+_BUILDERS: dict[str, Callable[[_Problems, dict[str, Any], Path_, _Target], Receiver | None]] = {
     "pagerduty": _pagerduty, "slack": _slack, "opsgenie": _opsgenie, "webhook": _webhook,
 }
 
@@ -235,7 +272,7 @@ def _route(problems: _Problems, item: Any, path: Path_, receivers: Mapping[str, 
     names = item.get("receivers", [])
     names = [names] if isinstance(names, str) else _list(problems, names, (*path, "receivers"))
     for i, name in enumerate(names):
-        if name not in receivers:
+        if name not in receivers and name not in problems.declared:
             problems.add((*path, "receivers", i), f"unknown receiver '{name}'")
     for flag in ("send_resolved", "continue"):
         if not isinstance(item.get(flag, False), bool):

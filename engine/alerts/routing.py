@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gpuslo.engine.alerts.egress import TargetPolicy
 from gpuslo.engine.alerts.notification import Receiver
 from gpuslo.engine.alerts.secrets import Secret
 
@@ -70,9 +71,15 @@ class AlertsConfig:
     rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<memory>"
     secrets: tuple[Secret, ...] = ()  # every resolved secret: scrubbed from all errors and logs
+    targets: Mapping[str, TargetPolicy] = field(default_factory=lambda: MappingProxyType({}))
+    warnings: tuple[str, ...] = ()  # located, e.g. a receiver host that did not resolve at load time
 
     def secret_values(self) -> tuple[str, ...]:
         return tuple(s.value for s in self.secrets)
+
+    def target_policy(self, receiver: str) -> TargetPolicy:
+        """What `receiver` may reach; public https only unless its config allowed more."""
+        return self.targets.get(receiver, TargetPolicy())
 
 
 @dataclass(frozen=True)

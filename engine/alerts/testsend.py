@@ -8,9 +8,8 @@ import secrets as random_tokens
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import httpx
-
 from gpuslo.engine.alerts.delivery import SecretScrubber
+from gpuslo.engine.alerts.egress import GuardedClients, Resolver, system_resolver
 from gpuslo.engine.alerts.notification import Notification, violation_url
 from gpuslo.engine.alerts.routing import AlertsConfig, route
 from gpuslo.engine.alerts.secrets import REDACTED, redact
@@ -59,40 +58,46 @@ def make_test_notification(config: AlertsConfig, route_name: str | None, public_
 
 
 def send_test(config: AlertsConfig, *, route_name: str | None = None, public_url: str,
-              resolve: bool = True, timeout_s: float = 10.0) -> list[AlertTestResult]:
-    """Send a test trigger (then its resolve, where supported) to every receiver the route selects."""
+              resolve: bool = True, timeout_s: float = 10.0,
+              resolver: Resolver = system_resolver) -> list[AlertTestResult]:
+    """Send a test trigger (then its resolve, where supported) to every receiver the route selects, through
+    the same address checks as delivery (egress)."""
     notification = make_test_notification(config, route_name, public_url)
     results = []
     scrubber = SecretScrubber(config.secret_values())
     logging.getLogger("httpx").addFilter(scrubber)
     try:
-        results = _send_all(config, notification, resolve, timeout_s)
+        clients = GuardedClients(timeout_s, resolver)
+        try:
+            results = _send_all(config, notification, resolve, clients)
+        finally:
+            clients.close()
     finally:
         logging.getLogger("httpx").removeFilter(scrubber)
     return results
 
 
 def _send_all(config: AlertsConfig, notification: Notification, resolve: bool,
-              timeout_s: float) -> list[AlertTestResult]:
+              clients: GuardedClients) -> list[AlertTestResult]:
     results = []
-    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
-        for target in route(config, {**notification.match_fields(), "violation_id": 0}):
-            receiver = config.receivers[target.receiver]
-            actions = ["trigger"] + (["resolve"] if resolve and "resolve" in receiver.actions else [])
-            for number, action in enumerate(actions):
-                message = Notification.from_dict({**notification.to_dict(), "action": action})
-                now = datetime.now(UTC)
-                request = receiver.render(message, f"msg_gpuslo_test_{notification.dedup_key}_{number}", now)
-                outcome = send(client, request, now, keep_body=True)
-                hidden = request.secrets + config.secret_values()
+    for target in route(config, {**notification.match_fields(), "violation_id": 0}):
+        receiver = config.receivers[target.receiver]
+        client = clients.get(config.target_policy(target.receiver))
+        actions = ["trigger"] + (["resolve"] if resolve and "resolve" in receiver.actions else [])
+        for number, action in enumerate(actions):
+            message = Notification.from_dict({**notification.to_dict(), "action": action})
+            now = datetime.now(UTC)
+            request = receiver.render(message, f"msg_gpuslo_test_{notification.dedup_key}_{number}", now)
+            outcome = send(client, request, now, keep_body=True)
+            hidden = request.secrets + config.secret_values()
 
-                def clean(text: str, hidden: tuple[str, ...] = hidden) -> str:
-                    return redact(text, hidden)
+            def clean(text: str, hidden: tuple[str, ...] = hidden) -> str:
+                return redact(text, hidden)
 
-                headers = tuple((k, REDACTED if k.lower() in SECRET_HEADERS else clean(v))
-                                for k, v in request.headers.items())
-                body = clean(json.dumps(json.loads(request.body), indent=2, sort_keys=True))
-                results.append(AlertTestResult(
-                    target.receiver, receiver.kind, action, clean(request.url), headers, body, outcome.status,
-                    outcome.response_code, outcome.body, outcome.error, outcome.latency_ms))
+            headers = tuple((k, REDACTED if k.lower() in SECRET_HEADERS else clean(v))
+                            for k, v in request.headers.items())
+            body = clean(json.dumps(json.loads(request.body), indent=2, sort_keys=True))
+            results.append(AlertTestResult(
+                target.receiver, receiver.kind, action, clean(request.url), headers, body, outcome.status,
+                outcome.response_code, outcome.body, outcome.error, outcome.latency_ms))
     return results

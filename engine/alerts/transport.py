@@ -9,6 +9,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from gpuslo.engine.alerts.egress import ForbiddenTarget
 from gpuslo.engine.alerts.notification import HttpRequest
 from gpuslo.engine.alerts.secrets import redact
 
@@ -51,7 +52,10 @@ def classify(code: int) -> str:
 
 
 def send(client: httpx.Client, request: HttpRequest, now: datetime, *, keep_body: bool = False) -> Outcome:
-    """One POST; the response body is read only on failure (or when `keep_body`), bounded in size and time."""
+    """One POST; the response body is read only on failure (or when `keep_body`), bounded in size and time.
+
+    Give it a client from egress.GuardedClients: a target it refuses (a non-public address, plain http) is
+    `dead` at once, since retrying cannot change the verdict until someone edits the config or the DNS."""
     started = time.monotonic()
 
     def elapsed() -> int:
@@ -62,6 +66,8 @@ def send(client: httpx.Client, request: HttpRequest, now: datetime, *, keep_body
                            content=request.body) as response:
             status = classify(response.status_code)
             snippet = _snippet(response, client.timeout.read) if status != "delivered" or keep_body else ""
+    except ForbiddenTarget as exc:
+        return Outcome("dead", elapsed(), error=redact(str(exc), request.secrets))
     except httpx.TimeoutException as exc:
         return Outcome("retry", elapsed(), error=f"timeout: {type(exc).__name__}")
     except httpx.HTTPError as exc:

@@ -16,10 +16,12 @@ ENV = {"PD_KEY": "pd-routing-key-value", "SLACK_URL": "http://127.0.0.1:9/servic
 
 CONFIG = """\
 receivers:
-  - {name: pd, type: pagerduty, routing_key: "env:PD_KEY", url: "http://127.0.0.1:9/v2/enqueue",
+  - {name: pd, type: pagerduty, allow_private_network: true, allow_http: true, routing_key: "env:PD_KEY",
+     url: "http://127.0.0.1:9/v2/enqueue",
      rate_limit: {per_minute: 60, burst: 2}}
-  - {name: slack, type: slack, url: "env:SLACK_URL"}
-  - {name: hook, type: webhook, url: "http://127.0.0.1:9/hook", secret: "env:HOOK", format: alertmanager}
+  - {name: slack, type: slack, allow_private_network: true, allow_http: true, url: "env:SLACK_URL"}
+  - {name: hook, type: webhook, allow_private_network: true, allow_http: true, url: "http://127.0.0.1:9/hook",
+     secret: "env:HOOK", format: alertmanager}
 routes:
   - name: critical-serving
     match: {severity: [critical, error], labels: {team: serving}}
@@ -97,7 +99,7 @@ def test_token_bucket_allows_a_burst_then_paces() -> None:
     ("routes:\n  - {receivers: [], match: {severity: loud}}\n", "alerts.yaml:2:39: severity must be among"),
     ("routes:\n  - {receivers: [], repeat_interval: soon}\n", "alerts.yaml:2:38: 'soon' is not a duration"),
     ("receivers:\n  - {name: h, type: webhook, url: 'ftp://x', secret: 'env:HOOK'}\n",
-     "alerts.yaml:2:35: url must start with http"),
+     "alerts.yaml:2:35: receiver \"h\": url ftp://x: scheme 'ftp' is not allowed: url must start with https://"),
     ("receivers:\n  - {name: h, type: carrier-pigeon}\n", "alerts.yaml:2:21: receiver type must be"),
     ("receivers: [\n", "alerts.yaml:2:1: YAML syntax error"),
 ])
@@ -114,8 +116,9 @@ def test_secrets_from_files_and_a_malformed_webhook_secret(tmp_path: Path) -> No
     key_file.write_text("genie-from-file\n")
     path = tmp_path / "alerts.yaml"
     path.write_text(f"receivers:\n  - {{name: og, type: opsgenie, api_key: 'file:{key_file}'}}\n"
-                    "  - {name: h, type: webhook, url: 'http://127.0.0.1:9', secret: 'env:BAD'}\n")
-    with pytest.raises(ConfigError, match=r"alerts.yaml:3:.*env:BAD: a webhook secret must be 'whsec_'"):
+                    "  - {name: h, type: webhook, allow_private_network: true, allow_http: true,\n"
+                    "     url: 'http://127.0.0.1:9', secret: 'env:BAD'}\n")
+    with pytest.raises(ConfigError, match=r"alerts.yaml:4:.*env:BAD: a webhook secret must be 'whsec_'"):
         load_alerts_config(path, {"BAD": "whsec_not base64!"})
     path.write_text(f"receivers:\n  - {{name: og, type: opsgenie, api_key: 'file:{key_file}'}}\n")
     config = load_alerts_config(path, {})

@@ -13,6 +13,8 @@ from pathlib import Path
 from gpuslo.engine.alerts import enqueue_for_match, load_alerts_config
 from gpuslo.engine.store import outbox
 
+LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1
+
 SECRET = "whsec_" + base64.b64encode(b"crash-test-key").decode()
 WORKER = Path(__file__).with_name("crash_worker.py")
 COUNT = 5
@@ -37,7 +39,7 @@ def test_kill_9_mid_delivery_then_restart_delivers_everything_once_per_incident(
     server = receiver_server()
     server.script.extend([("status", 200), ("status", 200), ("hang", 60)])  # the third send never answers
     config_path = tmp_path / "alerts.yaml"
-    config_path.write_text(f'receivers:\n  - {{name: hook, type: webhook, url: "{server.url}/hook", '
+    config_path.write_text(f'receivers:\n  - {{name: hook, type: webhook, {LOCAL}, url: "{server.url}/hook", '
                            f'secret: "env:HOOK"}}\nroutes:\n  - {{receivers: [hook]}}\n')
     config = load_alerts_config(config_path, {"HOOK": SECRET})
     for i in range(COUNT):

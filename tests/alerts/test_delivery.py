@@ -21,6 +21,8 @@ from gpuslo.engine.store import outbox
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow
 
+LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1
+
 SECRET = "whsec_" + base64.b64encode(b"delivery-test-signing-key").decode()
 PD_KEY = "pd-routing-key-0123456789abcdef"
 ENV = {"HOOK": SECRET, "PD": PD_KEY}
@@ -29,9 +31,9 @@ POLICY = DeliveryPolicy(timeout_s=0.3, batch=5, lease_s=5.0, base_delay_s=1.0, m
 
 
 def config_for(hook_url: str, pd_url: str | None = None, rate_limit: str = ""):
-    pd = (f'  - {{name: pd, type: pagerduty, routing_key: "env:PD", url: "{pd_url}/v2/enqueue"}}\n'
+    pd = (f'  - {{name: pd, type: pagerduty, {LOCAL}, routing_key: "env:PD", url: "{pd_url}/v2/enqueue"}}\n'
           if pd_url else "")
-    text = (f'receivers:\n  - {{name: hook, type: webhook, url: "{hook_url}/hook", secret: "env:HOOK"'
+    text = (f'receivers:\n  - {{name: hook, type: webhook, {LOCAL}, url: "{hook_url}/hook", secret: "env:HOOK"'
             f'{rate_limit}}}\n{pd}routes:\n  - {{receivers: [hook{", pd" if pd_url else ""}]}}\n')
     return load_alerts_text(text, "alerts.yaml", ENV)
 
@@ -216,9 +218,9 @@ def test_secrets_never_reach_logs_attempt_rows_or_payloads(database, record, clo
     server.script.append(("status", 400, {}, json.dumps({"message": f"invalid routing key {PD_KEY}"})))
     server.script.append(("status", 400, {}, json.dumps({"message": f"bad signature {SECRET}"})))
     server.script.append(("status", 404, {}, f"no such hook {slack_url}"))
-    text = (f'receivers:\n  - {{name: hook, type: webhook, url: "{server.url}/hook", secret: "env:HOOK"}}\n'
-            f'  - {{name: pd, type: pagerduty, routing_key: "env:PD", url: "{server.url}/v2/enqueue"}}\n'
-            '  - {name: slack, type: slack, url: "env:SLACK"}\n'
+    text = (f'receivers:\n  - {{name: hook, type: webhook, {LOCAL}, url: "{server.url}/hook", secret: "env:HOOK"}}\n'
+            f'  - {{name: pd, type: pagerduty, {LOCAL}, routing_key: "env:PD", url: "{server.url}/v2/enqueue"}}\n'
+            '  - {name: slack, type: slack, allow_private_network: true, allow_http: true, url: "env:SLACK"}\n'
             'routes:\n  - {receivers: [hook, pd, slack]}\n')
     config = load_alerts_text(text, "alerts.yaml", {**ENV, "SLACK": slack_url})
     worker, _ = setup(database, record, clock, config)

@@ -16,8 +16,8 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)  # the `record` fixture's default t
 
 CONFIG = """\
 receivers:
-  - {name: pd, type: pagerduty, routing_key: "env:PD", url: "http://127.0.0.1:9/v2/enqueue"}
-  - {name: hook, type: webhook, url: "http://127.0.0.1:9/hook"}
+  - {name: pd, type: pagerduty, allow_private_network: true, allow_http: true, routing_key: "env:PD", url: "http://127.0.0.1:9/v2/enqueue"}
+  - {name: hook, type: webhook, allow_private_network: true, allow_http: true, url: "http://127.0.0.1:9/hook"}
 routes:
   - {name: all, receivers: [pd, hook], group_wait: 10s, repeat_interval: 1h}
 inhibit:

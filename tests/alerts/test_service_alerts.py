@@ -9,6 +9,8 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import outbox
 
+LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1
+
 FRAG = {"kind": "mem_fragmentation", "time": "2026-11-29T12:00:00Z", "host": "node-7", "gpu": 3,
         "attrs": {"fragmentation_ratio": 0.71, "free_bytes": 1000, "largest_free_bytes": 290}}
 
@@ -19,7 +21,7 @@ def test_matches_and_resolves_flow_through_the_outbox_to_the_receiver(database, 
     rules.mkdir()
     shutil.copy(Path("rules/memory.yaml"), rules / "memory.yaml")
     alerts = tmp_path / "alerts.yaml"
-    alerts.write_text(f'receivers:\n  - {{name: hook, type: webhook, url: "{server.url}/hook"}}\n'
+    alerts.write_text(f'receivers:\n  - {{name: hook, type: webhook, {LOCAL}, url: "{server.url}/hook"}}\n'
                       'routes:\n  - {receivers: [hook]}\n')
     core = Gpuslo.open(Settings(database_url=database.url, rules_dir=rules, alerts_config=alerts,
                                 public_url="https://gpuslo.example"))

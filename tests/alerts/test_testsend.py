@@ -7,13 +7,16 @@ import pytest
 from gpuslo.engine.alerts import load_alerts_text, send_test
 from gpuslo.engine.errors import ConfigError
 
+LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1
+
 
 def test_send_test_reports_what_each_receiver_got_without_secrets(receiver_server, refused_url) -> None:
     server = receiver_server()
     server.script.extend([("status", 202), ("status", 202), ("status", 500, {}, "boom")])
-    text = (f'receivers:\n  - {{name: pd, type: pagerduty, routing_key: "env:PD", url: "{server.url}/v2/enqueue"}}\n'
-            f'  - {{name: og, type: opsgenie, api_key: "env:OG", url: "{server.url}"}}\n'
-            f'  - {{name: down, type: webhook, url: "{refused_url}/hook"}}\n'
+    text = (f'receivers:\n  - {{name: pd, type: pagerduty, {LOCAL}, routing_key: "env:PD",\n'
+            f'     url: "{server.url}/v2/enqueue"}}\n'
+            f'  - {{name: og, type: opsgenie, {LOCAL}, api_key: "env:OG", url: "{server.url}"}}\n'
+            f'  - {{name: down, type: webhook, {LOCAL}, url: "{refused_url}/hook"}}\n'
             'routes:\n  - {name: gpu-critical, match: {severity: critical, slo: availability}, receivers: [pd, og]}\n'
             '  - {name: other, receivers: [down]}\n')
     config = load_alerts_text(text, "alerts.yaml", {"PD": "pd-key-secret", "OG": "og-key-secret"})
