@@ -13,13 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuslo.engine.alerts.secrets import REDACTED, redact
+from gpuslo.engine.alerts.secrets import REDACTED, redact, secret_fragments
 from gpuslo.engine.store.notifications import NotificationDetail
 from gpuslo.web.context import current_core
 from gpuslo.web.serialize import to_json
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-MIN_FRAGMENT = 16
 # Fields of a notification in the API; the payload stays out (it is what receivers got, served by no route).
 FIELDS = ("id", "violation_id", "receiver", "action", "dedup_key", "status", "suppressed_reason", "attempts",
           "next_attempt_at", "lease_until", "created_at", "delivered_at")
@@ -35,21 +34,6 @@ def _host_only(match: re.Match[str]) -> str:
     host = f"[{host}]" if ":" in host else host
     rest = url[len(parts.scheme) + 3 + len(parts.netloc):]  # path, query and fragment
     return f"{parts.scheme}://{host}{f':{port}' if port else ''}{'/' + REDACTED if rest.strip('/') else ''}"
-
-
-def secret_fragments(secrets: Iterable[str]) -> tuple[str, ...]:
-    """The secrets plus the parts of secret URLs a receiver may echo alone: the path with its query, the query,
-    and every path segment of 16 characters or more (a Slack webhook's token)."""
-    found = []
-    for secret in secrets:
-        found.append(secret)
-        match = _URL.fullmatch(secret)
-        if not match:
-            continue
-        rest = secret[len(urlsplit(secret).scheme) + 3:].partition("/")[2]
-        path, _, query = rest.partition("?")
-        found += ["/" + rest, query, *(part for part in path.split("/") if len(part) >= MIN_FRAGMENT)]
-    return tuple(f for f in found if len(f) >= MIN_FRAGMENT // 2)
 
 
 def scrub(text: str | None, secrets: Iterable[str] = ()) -> str | None:

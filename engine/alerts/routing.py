@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuslo.engine.alerts.egress import TargetPolicy
 from gpuslo.engine.alerts.notification import Receiver
-from gpuslo.engine.alerts.secrets import Secret
+from gpuslo.engine.alerts.secrets import Secret, secret_fragments
 
 MATCH_FIELDS = ("severity", "slo", "rule", "host", "gpu")
 
@@ -75,7 +75,8 @@ class AlertsConfig:
     warnings: tuple[str, ...] = ()  # located, e.g. a receiver host that did not resolve at load time
 
     def secret_values(self) -> tuple[str, ...]:
-        return tuple(s.value for s in self.secrets)
+        """Every secret, plus the parts of secret URLs a receiver may echo alone (a Slack token in a path)."""
+        return secret_fragments(s.value for s in self.secrets)
 
     def target_policy(self, receiver: str) -> TargetPolicy:
         """What `receiver` may reach; public https only unless its config allowed more."""

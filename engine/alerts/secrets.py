@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REDACTED = "***"
 
@@ -52,3 +54,22 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for value in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return text
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+MIN_FRAGMENT = 16
+
+
+def secret_fragments(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The secrets plus the parts of secret URLs a receiver may echo alone: the path with its query, the query,
+    and every path segment of 16 characters or more (a Slack webhook's token)."""
+    found = []
+    for secret in secrets:
+        found.append(secret)
+        match = _URL.fullmatch(secret)
+        if not match:
+            continue
+        rest = secret[len(urlsplit(secret).scheme) + 3:].partition("/")[2]
+        path, _, query = rest.partition("?")
+        found += ["/" + rest, query, *(part for part in path.split("/") if len(part) >= MIN_FRAGMENT)]
+    return tuple(f for f in found if len(f) >= MIN_FRAGMENT // 2)

@@ -124,6 +124,15 @@ def _cells(html: str, css_class: str) -> list[str]:
             for c in re.findall(rf'<td class="[^"]*\b{css_class}\b[^"]*">(.*?)</td>', html, re.S)]
 
 
+def test_an_echoed_part_of_a_secret_url_is_never_stored_or_logged(core, receiver, caplog):
+    """The receiver answered 400 echoing the Slack webhook's path: the token must not reach the attempt row."""
+    violation_id, ids = _deliver(core, receiver)
+    with core.database.session(readonly=True) as session:
+        attempts = outbox.list_attempts(session, [ids["team-slack"]])
+    assert attempts and all("XyZsecretToken123" not in (a.error or "") for a in attempts)
+    assert "XyZsecretToken123" not in caplog.text
+
+
 def test_violation_page_shows_delivered_and_dead_notifications_with_their_attempts(client, core, receiver):
     violation_id, ids = _deliver(core, receiver)
     html = client.get(f"/violations/{violation_id}").get_data(as_text=True)
