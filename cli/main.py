@@ -82,12 +82,16 @@ def rules() -> None:
 
 @rules.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--overrides", "overrides_dir", type=click.Path(path_type=Path), default=None,
+              help="Site overrides folder to check with them (default: the `rules_overrides_dir` setting).")
 @click.pass_context
-def rules_check(ctx: click.Context, paths: tuple[Path, ...]) -> None:
-    """Validate rulebook files and folders (default: the `rules_dir` setting); exit 1 on any problem."""
+def rules_check(ctx: click.Context, paths: tuple[Path, ...], overrides_dir: Path | None) -> None:
+    """Validate rulebook files and folders (default: the `rules_dir` setting) and their site overrides; exit 1
+    on any problem."""
     from gpuslo.cli.rules import check
 
-    ok, lines = check(paths or (settings_of(ctx).rules_dir,))
+    settings = settings_of(ctx)
+    ok, lines = check(paths or (settings.rules_dir,), overrides_dir or settings.rules_overrides_dir)
     for line in lines:
         click.echo(line)
     ctx.exit(0 if ok else 1)

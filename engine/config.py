@@ -18,6 +18,8 @@ class Settings:
 
     database_url: str = "sqlite:///var/gpuslo.db"
     rules_dir: Path = Path("rules")
+    # Site overrides `<rulebook>.yaml` (docs/rulebooks.md#site-overrides); None: shipped rulebooks as they are.
+    rules_overrides_dir: Path | None = None
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = 8 * 1024 * 1024
@@ -47,6 +49,7 @@ class Settings:
 
 
 _ENV_PREFIX = "GPUSLO_"
+_OPTIONAL_PATHS = ("alerts_config", "rules_overrides_dir")
 
 
 def _coerce(name: str, raw: object, target: object) -> object:
@@ -56,8 +59,8 @@ def _coerce(name: str, raw: object, target: object) -> object:
             if isinstance(raw, bool):
                 return raw
             return str(raw).strip().lower() in {"1", "true", "yes", "on"}
-        if isinstance(target, Path) or (target is None and name.lower().endswith("alerts_config")):
-            return Path(str(raw))  # alerts_config defaults to None, so its type cannot come from the default
+        if isinstance(target, Path) or (target is None and name.lower().endswith(_OPTIONAL_PATHS)):
+            return Path(str(raw))  # these default to None, so their type cannot come from the default
         return kind(raw)  # type: ignore[call-arg]
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"setting {name!r}: cannot read {raw!r} as {kind.__name__}: {exc}") from exc
