@@ -211,8 +211,13 @@ class Event:
 
     def body_hash(self) -> str:
         """SHA-256 of the canonical JSON form; equal for the same event sent twice."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return body_digest(self.to_dict())
+
+
+def body_digest(body: Mapping[str, Any]) -> str:
+    """SHA-256 of an event's canonical JSON form (`Event.to_dict()`), for callers that already built it."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def format_time(moment: datetime) -> str:
@@ -220,8 +225,8 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _raise_problems(obj: object) -> None:
-    """Raise EventError naming every field jsonschema refuses (the fast check said the event is invalid)."""
+def _require_valid(obj: object) -> dict[str, Any]:
+    """The object when jsonschema accepts it, else EventError naming every field it refuses."""
     problems = _problems(_ENVELOPE_VALIDATOR, obj, "")
     if not isinstance(obj, dict):
         raise EventError(problems or [FieldProblem("(event)", "an event must be a JSON object")])
@@ -230,13 +235,13 @@ def _raise_problems(obj: object) -> None:
         problems += _problems(_ATTR_VALIDATORS[kind], obj.get("attrs", {}), "attrs")
     if problems:
         raise EventError(problems)
+    return obj
 
 
 def parse_event(obj: object) -> Event:
     """Validate a decoded JSON object and build the Event; raises EventError naming every bad field."""
-    if not (_ENVELOPE_OK(obj) and _ATTRS_OK[obj["kind"]](obj.get("attrs", {}))):  # type: ignore[index]
-        _raise_problems(obj)
-    assert isinstance(obj, dict)
+    if not (isinstance(obj, dict) and _ENVELOPE_OK(obj) and _ATTRS_OK[obj["kind"]](obj.get("attrs", {}))):
+        obj = _require_valid(obj)
     kind = obj["kind"]
     try:
         moment = _parse_time(obj["time"])

@@ -22,9 +22,10 @@ from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
-from gpuslo.engine.store import audit, lifecycle, repository, retention, silences
+from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.outbox import NotificationView
 from gpuslo.engine.store.views import SilenceView, ViolationView
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,16 @@ class RulebookStatus:
     loaded_at: datetime
 
 
-def rules_fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
-    """Name, size and modification time of every rulebook file: what the watcher compares."""
-    try:
-        files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
-        return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    except OSError:
-        return ()
+def rules_fingerprint(directory: Path, overrides_dir: Path | None = None) -> tuple[tuple[str, int, int], ...]:
+    """Name, size and modification time of every rulebook and site override file: what the watcher compares."""
+    found: list[tuple[str, int, int]] = []
+    for folder in (directory, overrides_dir):
+        try:
+            files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml")) if folder else []
+            found += [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+        except OSError:
+            continue
+    return tuple(found)
 
 
 def _now() -> datetime:
@@ -123,10 +127,12 @@ class Gpuslo:
         directory = directory or self.settings.rules_dir
         note = AuditNote("rulebook.reload", "rulebooks", str(directory), actor, source) if actor else None
         with self._reload_lock:
+            overrides_dir = self.settings.rules_overrides_dir
             if directory == self.settings.rules_dir:
-                self._rules_fingerprint = rules_fingerprint(directory)
+                self._rules_fingerprint = rules_fingerprint(directory, overrides_dir)
             before = _loaded(self._status.rulebooks)
-            good, problems = load_directory(directory)
+            good, problems = load_directory(directory, overrides_dir)
+            # A broken site override also reports a problem at its rulebook's file, so that one is kept too.
             broken_files = {p.location.file for p in problems}
             loaded = {r.name for r in good}
             kept = tuple(r for r in self._status.rulebooks
@@ -145,7 +151,7 @@ class Gpuslo:
 
     def reload_if_changed(self) -> RulebookStatus | None:
         """Reload when a rulebook file was added, removed or changed since the last load; None when not."""
-        fingerprint = rules_fingerprint(self.settings.rules_dir)
+        fingerprint = rules_fingerprint(self.settings.rules_dir, self.settings.rules_overrides_dir)
         if fingerprint == self._rules_fingerprint:
             return None
         log.info("rulebook files changed in %s: reloading", self.settings.rules_dir)
@@ -162,7 +168,7 @@ class Gpuslo:
             for rulebook in good:
                 repository.record_rulebook_load(
                     session, name=rulebook.name, version=rulebook.version, content_hash=rulebook.content_hash,
-                    path=rulebook.location.file or "", source=rulebook.source, error=None, now=now)
+                    path=rulebook.location.file or "", source=_stored_source(rulebook), error=None, now=now)
             by_file: dict[str, list[str]] = {}
             for problem in problems:
                 by_file.setdefault(problem.location.file or "", []).append(str(problem))
@@ -212,8 +218,8 @@ class Gpuslo:
     def _record(self, result: EngineResult) -> None:
         now = _now()
         with self.database.session() as session:
-            for match in result.matches:
-                self._notify(session, repository.record_match(session, match, now=now), now)
+            for view in batch.record_matches(session, result.matches, now=now):  # one query set per batch
+                self._notify(session, view, now)
             repository.mark_processed(session, [e.id for e in result.events], now)
         for match in result.matches:
             self.metrics.violations.labels(match.rule_id).inc()
@@ -267,6 +273,12 @@ class Gpuslo:
         return self._in_transaction(lambda s: silences.expire_silence(s, silence_id, actor=actor, now=_now()),
                                     AuditNote("silence.expire", "silence", silence_id, actor, source))
 
+    def retry_notification(self, notification_id: int, *, actor: str,
+                           source: str | None = None) -> NotificationView:
+        """Send a dead notification again (fresh attempt count, due now); 409 InvalidTransition when not dead."""
+        return self._in_transaction(lambda s: notifications.retry(s, notification_id, _now()),
+                                    AuditNote("notification.retry", "notification", notification_id, actor, source))
+
     def quiet_by_rule(self) -> dict[str, float]:
         """`resolve.after` of every loaded rule that has one."""
         return {rule.id: rule.lifecycle.resolve_after_s for rulebook in self._status.rulebooks
@@ -309,6 +321,14 @@ class Gpuslo:
         if pruned:
             log.info("retention: pruned %d events received before %s", pruned, cutoff.isoformat())
         return pruned
+
+
+def _stored_source(rulebook: Rulebook) -> str:
+    """The text a stored rulebook version keeps: the shipped file, then the site override in force (its hash
+    covers both)."""
+    if rulebook.override_file is None:
+        return rulebook.source
+    return f"{rulebook.source}\n# ---- site override: {rulebook.override_file} ----\n{rulebook.override_source}"
 
 
 def _loaded(rulebooks: Sequence[Rulebook]) -> dict[str, object]:

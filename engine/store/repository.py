@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.events import Event, format_time, parse_event
+from gpuslo.engine.events import Event, body_digest, format_time, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
 from gpuslo.engine.store.db import describe_error
 from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
@@ -86,17 +86,19 @@ def store_events(session: Session, events: Sequence[Event], *, now: datetime | N
     """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict."""
     received_at = now or datetime.now(UTC)
     require_aware(received_at, "store_events")
-    hashes = [event.body_hash() for event in events]
+    bodies = [event.to_dict() for event in events]
+    hashes = [body_digest(body) for body in bodies]
     first: dict[str, int] = {}
     for index, event in enumerate(events):
         first.setdefault(event.id, index)
-    rows = [_event_values(events[i], hashes[i], received_at) for i in first.values()]
+    rows = [_event_values(events[i], bodies[i], hashes[i], received_at) for i in first.values()]
     table = EventRow.__table__
+    # One statement with bound parameters, compiled once and cached; executemany sends it as multi-row
+    # INSERTs (insertmanyvalues) whose RETURNING lists the ids that were new.
+    statement = _insert(session)(table).on_conflict_do_nothing(index_elements=["id"]).returning(table.c.id)
     inserted: set[str] = set()
     for chunk in _chunks(rows):
-        statement = _insert(session)(table).values(list(chunk))
-        statement = statement.on_conflict_do_nothing(index_elements=["id"]).returning(table.c.id)
-        inserted.update(session.scalars(statement))
+        inserted.update(session.scalars(statement, list(chunk)))
     known = {event_id: hashes[first[event_id]] for event_id in inserted}
     known.update(_stored_hashes(session, [event_id for event_id in first if event_id not in inserted]))
     statuses = []
@@ -108,11 +110,11 @@ def store_events(session: Session, events: Sequence[Event], *, now: datetime | N
     return statuses
 
 
-def _event_values(event: Event, body_hash: str, received_at: datetime) -> dict[str, Any]:
+def _event_values(event: Event, body: dict[str, Any], body_hash: str, received_at: datetime) -> dict[str, Any]:
     return {
         "id": event.id, "kind": event.kind, "time": event.time, "host": event.host, "gpu": event.gpu,
         "gpu_uuid": event.gpu_uuid, "pid": event.pid, "job": event.job, "rank": event.rank,
-        "source": event.source, "body": event.to_dict(), "body_hash": body_hash,
+        "source": event.source, "body": body, "body_hash": body_hash,
         "received_at": received_at, "processed_at": None,
     }
 
@@ -241,12 +243,17 @@ def _latest_fields(match: Match) -> dict[str, Any]:
     return fields
 
 
-def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow | None:
-    row = ViolationRow(
+def _new_row(match: Match, now: datetime) -> ViolationRow:
+    """The open violation a first match creates (not added to the session)."""
+    return ViolationRow(
         rule_id=match.rule_id, group_key=match.group_key, group=dict(match.group), status="open",
         first_seen=match.seen_at, last_seen=match.seen_at, occurrences=1, created_at=now, updated_at=now,
         quiet_since=now, last_notified_at=now, flaps=0, flapping=False, **_latest_fields(match),
     )
+
+
+def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow | None:
+    row = _new_row(match, now)
     try:
         with session.begin_nested():
             session.add(row)
@@ -281,16 +288,23 @@ def _add_evidence(session: Session, violation_id: int, event_ids: Sequence[str],
     )
     session.flush()
     if len(linked) + len(new_ids) > EVIDENCE_LIMIT:
-        positions = list(session.scalars(
-            select(EvidenceRow.position).where(EvidenceRow.violation_id == violation_id)
-            .order_by(EvidenceRow.position)
-        ))
-        session.execute(delete(EvidenceRow).where(
-            EvidenceRow.violation_id == violation_id,
-            EvidenceRow.position > positions[EVIDENCE_KEEP_FIRST - 1],
-            EvidenceRow.position < positions[-(EVIDENCE_LIMIT - EVIDENCE_KEEP_FIRST)],
-        ))
+        _trim_evidence(session, violation_id)
     return new_ids
+
+
+def _trim_evidence(session: Session, violation_id: int) -> None:
+    """Keep the first EVIDENCE_KEEP_FIRST evidence rows of a violation and the latest up to EVIDENCE_LIMIT."""
+    positions = list(session.scalars(
+        select(EvidenceRow.position).where(EvidenceRow.violation_id == violation_id)
+        .order_by(EvidenceRow.position)
+    ))
+    if len(positions) <= EVIDENCE_LIMIT:
+        return
+    session.execute(delete(EvidenceRow).where(
+        EvidenceRow.violation_id == violation_id,
+        EvidenceRow.position > positions[EVIDENCE_KEEP_FIRST - 1],
+        EvidenceRow.position < positions[-(EVIDENCE_LIMIT - EVIDENCE_KEEP_FIRST)],
+    ))
 
 
 @_operation
