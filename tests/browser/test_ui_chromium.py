@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from werkzeug.serving import make_server
+from browser_support import CHROMIUM, CHROMIUM_ARGS, require_chromium, serving
 
 from gpuslo.engine.config import Settings
-from gpuslo.web import create_app
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 
 EVENTS = [
@@ -41,19 +36,8 @@ def _request(url: str, body: object | None = None) -> tuple[int, Any]:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, Any]]:
     """The real app on a free local port, on SQLite, with the shipped rulebooks."""
-    from gpuslo.engine.service import Gpuslo
-
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'gpuslo.db'}", rules_dir=RULES_DIR)
-    core = Gpuslo.open(settings)
-    http = make_server("127.0.0.1", 0, create_app(settings, core=core), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_port}", core
-    finally:
-        http.shutdown()
-        thread.join(timeout=10)
-        core.close()
+    with serving(Settings(database_url=f"sqlite:///{tmp_path / 'gpuslo.db'}", rules_dir=RULES_DIR)) as served:
+        yield served
 
 
 def _fragmentation_violation(base: str) -> dict[str, Any]:
@@ -83,9 +67,7 @@ def _record_problems(page: Any, problems: list[str]) -> None:
 
 @pytest.mark.browser
 def test_violation_explanation_in_chromium(server) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run the install step (apt-get install chromium) "
-                    "before the browser tests; they are never skipped.", pytrace=False)
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     base, core = server

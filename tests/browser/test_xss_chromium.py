@@ -7,7 +7,6 @@ reached the page unescaped and only the policy stopped it), no failed request (a
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,17 +15,13 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from werkzeug.serving import make_server
+from browser_support import CHROMIUM, CHROMIUM_ARGS, require_chromium, serving
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.events import parse_event
 from gpuslo.engine.store import repository
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
-from gpuslo.web import create_app
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCRIPT = "<script>window.__xss=1</script>"
 IMG = "\"><img src=x onerror=window.__xss=1>"
 PAYLOAD = SCRIPT + IMG + "'><svg onload=alert(1)>"
@@ -92,31 +87,22 @@ def _seed_javascript_runbook(core: Any) -> int:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, Any]]:
-    from gpuslo.engine.service import Gpuslo
-
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "xss.yaml").write_text(RULEBOOK, encoding="utf-8")
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'gpuslo.db'}", rules_dir=rules,
                         secret_key_file=tmp_path / "secret_key")
-    core = Gpuslo.open(settings)
-    assert core.rulebook_status().problems == (), core.rulebook_status().problems
-    http = make_server("127.0.0.1", 0, create_app(settings, core=core), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_port}", core
-    finally:
-        http.shutdown()
-        thread.join(timeout=10)
-        core.close()
+
+    def loaded_clean(core: Any) -> None:
+        assert core.rulebook_status().problems == (), core.rulebook_status().problems
+
+    with serving(settings, loaded_clean) as served:
+        yield served
 
 
 @pytest.mark.browser
 def test_payloads_never_run_in_chromium(server) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install chromium before the browser tests; they are never skipped.",
-                    pytrace=False)
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     base, core = server

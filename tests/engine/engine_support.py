@@ -19,3 +19,21 @@ rules:
 
 def rulebook_text(rules: str, name: str = "t") -> str:
     return HEADER.format(name=name) + textwrap.indent(textwrap.dedent(rules), "  ")
+
+# Fragmentation then a stall on the same GPU within 60 s: the correlation the window tests share.
+CORRELATION = """\
+- id: frag-then-stall
+  title: Fragmentation followed by a token stall
+  slo: token-latency
+  severity: error
+  when:
+    all:
+      - {name: frag, event: mem_fragmentation, if: fragmentation_ratio > 0.65}
+      - {name: stall, event: token_stall, if: gap_ms >= 200ms}
+    same: [host, gpu]
+    within: 60s
+    ordered: true
+  group_by: [host, gpu]
+  summary: "FR then stall on {{ group.host }} GPU {{ group.gpu }}"
+  remediation: r
+"""

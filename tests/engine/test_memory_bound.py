@@ -9,29 +9,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 from types import MappingProxyType
 
-from engine_support import T0
+from engine_support import CORRELATION, T0
 
 from gpuslo.engine.events import Event
 from gpuslo.engine.runtime import RuleEvaluator
 
 WITHIN_S, LATENESS_S, STEP_S = 60.0, 10.0, 0.01
 
-CORRELATION = """\
-- id: frag-then-stall
-  title: Fragmentation followed by a token stall
-  slo: token-latency
-  severity: error
-  when:
-    all:
-      - {name: frag, event: mem_fragmentation, if: fragmentation_ratio > 0.65}
-      - {name: stall, event: token_stall, if: gap_ms >= 200ms}
-    same: [host, gpu]
-    within: 60s
-    ordered: true
-  group_by: [host, gpu]
-  summary: "FR then stall on {{ group.host }} GPU {{ group.gpu }}"
-  remediation: r
-"""
 
 COUNT = """\
 - id: oom-storm

@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-from gpuslo.engine.runtime import RuleEvaluator
+from engine_support import CORRELATION
 
-CORRELATION = """\
-- id: frag-then-stall
-  title: Fragmentation followed by a token stall
-  slo: token-latency
-  severity: error
-  when:
-    all:
-      - {name: frag, event: mem_fragmentation, if: fragmentation_ratio > 0.65}
-      - {name: stall, event: token_stall, if: gap_ms >= 200ms}
-    same: [host, gpu]
-    within: 60s
-    ordered: true
-  group_by: [host, gpu]
-  summary: "FR then stall on {{ group.host }} GPU {{ group.gpu }}"
-  remediation: r
-"""
+from gpuslo.engine.runtime import RuleEvaluator
 
 COUNT = """\
 - id: oom-storm
