@@ -114,12 +114,24 @@ def condition_holds(expr: Expr, event: Event, events: Mapping[str, Event]) -> bo
     return walk(negation_normal_form(expr))
 
 
+def _deciding_leaves(expr: Expr, event: Event, events: Mapping[str, Event]) -> list[tuple[Compare | Exists, bool]]:
+    """The leaves that decided the outcome: of an `or`, only the first branch that held (all when none did)."""
+    if isinstance(expr, And):
+        return [leaf for item in expr.items for leaf in _deciding_leaves(item, event, events)]
+    if isinstance(expr, Or):
+        for item in expr.items:
+            if condition_holds(item, event, events):
+                return _deciding_leaves(item, event, events)
+        return _leaves(expr)
+    return _leaves(expr)
+
+
 def explain_conditions(pattern: EventPattern, event: Event, events: Mapping[str, Event]) -> list[ConditionResult]:
     """Each leaf of the pattern's condition with the value the event showed."""
     results = [ConditionResult(f"kind = {event.kind}", "kind", event.kind, event.kind == pattern.kind)]
     if pattern.condition is None:
         return results
-    for leaf, negated in _leaves(negation_normal_form(pattern.condition)):
+    for leaf, negated in _deciding_leaves(negation_normal_form(pattern.condition), event, events):
         if isinstance(leaf, Exists):
             observed = event.get(leaf.field.name)
             holds = _leaf_holds(leaf, negated, event, events)

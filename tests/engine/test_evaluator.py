@@ -151,3 +151,22 @@ def test_text_tests_handle_characters_the_engine_regex_cannot(rulebook, event):
     runner = evaluator(rulebook(rules))
     assert [m.rule_id for m in runner.evaluate([event("cuda_error", error_name='xa]\\b"cx')])] == ["weird"]
     assert runner.evaluate([event("cuda_error", error_name="abc")]) == []
+
+
+def test_explanation_of_an_or_shows_the_branch_that_held(rulebook, event):
+    rules = """\
+- id: frag
+  title: Fragmentation over a real pool
+  slo: token-latency
+  severity: warning
+  when: {event: mem_fragmentation, if: "fragmentation_ratio > 0.65 and (not has free_bytes or free_bytes >= 1GiB)"}
+  summary: s
+  remediation: r
+"""
+    runner = evaluator(rulebook(rules))
+    (match,) = runner.evaluate([event("mem_fragmentation", fragmentation_ratio=0.71, free_bytes=10 << 30)])
+    assert [c.text for c in match.explanation.conditions] == [
+        "kind = mem_fragmentation", "fragmentation_ratio = 0.71 > 0.65", "free_bytes = 10737418240 >= 1GiB"]
+    (match,) = runner.evaluate([event("mem_fragmentation", fragmentation_ratio=0.71)])
+    assert [c.text for c in match.explanation.conditions][-1] == "free_bytes is missing"
+    assert all(c.holds for c in match.explanation.conditions)
