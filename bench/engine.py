@@ -47,16 +47,22 @@ PROFILE = """Where the time goes (cProfile and per-function CPU timers, 30k-even
   scopes are hashed once per load instead of per firing (~19 µs each), the event time is converted once per
   event, and window expiry visits only keys with something due (a heap) instead of every key per batch
   (830 µs → ~2 µs per batch on the mix; (e) went from 4,466 to ~6,000 events/s).
-- (c) ingest, per batch of 500 (profiled): `parse_event`'s jsonschema validation is ~40 % of the request
-  (79 µs/event unprofiled); `store_events` builds a 500-row `insert().values([...])` that SQLAlchemy compiles
-  anew for every batch (~1.4 s of 3.7 s profiled for 12 batches); `body_hash` 11 µs/event. Engine side:
-  `record_match` costs ~4 ms per match (six round trips: evidence check, SELECT ... FOR UPDATE, savepoint
-  insert, evidence max/insert, history), i.e. ~160 µs/event on the mix, against ~30 µs/event to evaluate.
-- (d) the core stores about 250 matches/s, so a stream where every event raises a violation (1.5 matches per
-  event at 1,000 events/s) is ~6x over capacity and its latency grows with the length of the run; on the
-  fleet mix the request threads and the engine thread share one GIL, and ten-event POSTs reach ~600-830
-  events/s. Neither is in the engine modules: they need a batched `record_match` (one query set per engine
-  batch), executemany inserts, and cheaper validation of well-formed events (engine/store, engine/events).
+- (c) ingest: since the compiled pre-check (engine/fastcheck.py), the one prepared insert per batch and the
+  engine batch stored with a fixed set of statements (engine/store/batch.py), (c) is CPU-bound in SQLAlchemy
+  and the HTTP stack on a 2-vCPU VM shared with other work; no single function dominates.
+- (d), profiled 2026-11-29 11:10 (3 s streams, per-function wall and thread CPU in the engine thread): the
+  engine's transaction held SQLite's write lock ~12 ms per 10-event batch, and a POST arriving meanwhile
+  waited in SQLite's busy handler, which sleeps 1, 2, 5, 10 ... ms between tries and so slept on well after
+  the commit (store_events 11 ms wall for 1.5 ms CPU). Fixed: writers of the process queue on a lock in
+  Database (woken at once), and the engine's commits for stored events skip the fsync (synchronous=NORMAL on
+  SQLite, synchronous_commit off on PostgreSQL; why no promised durability is lost: engine/store/db.py).
+  Fleet-mix p99 went from 61-1,114 ms to 32-45 ms in --quick runs; a 20 s run still shows bursts to ~170 ms.
+  The every-event-raises stream stays over capacity: per 10 events ~2 ms CPU to ingest, ~2.3 ms to evaluate
+  (15 Matches) and ~8 ms to store them (15 folds: ORM load of the active rows ~2 ms, the ORM UPDATE flush
+  ~2 ms, evidence state ~1 ms, the rest statement set-up), more than the 10 ms one GIL has, so POSTs reach
+  ~450-650 events/s and latency grows with the run. Next: fold with Core statements instead of ORM rows
+  (an executemany UPDATE of the changed columns) and cache the per-batch statements.
+  sys.setswitchinterval(0.001) made no measurable difference.
 """
 
 

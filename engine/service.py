@@ -217,7 +217,9 @@ class Gpuslo:
 
     def _record(self, result: EngineResult) -> None:
         now = _now()
-        with self.database.session() as session:
+        # The output of stored events is evaluated again if a power loss drops it (it carries their
+        # processed_at), so its commit need not wait for the disk; wall-clock absences alone are not re-derived.
+        with self.database.session(rederivable=bool(result.events)) as session:
             for view in batch.record_matches(session, result.matches, now=now):  # one query set per batch
                 self._notify(session, view, now)
             repository.mark_processed(session, [e.id for e in result.events], now)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, tuple_
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store import repository
@@ -50,7 +50,7 @@ def record_matches(session: Session, matches: Sequence[Match], *, now: datetime)
     evidence = [list(dict.fromkeys(event.id for event in m.explanation.evidence)) for m in matches]
     repository._require_stored(session, list(dict.fromkeys(i for ids in evidence for i in ids)))
     pairs = list(dict.fromkeys((m.rule_id, m.group_key) for m in matches))
-    active = _active_rows(session, pairs)
+    active = _active_rows(session, pairs, fold_only=True)
     missing = [pair for pair in pairs if pair not in active]
     window = max((m.flap_window_s for m in matches), default=0.0)
     slow = _recently_resolved(session, missing, now - timedelta(seconds=window))
@@ -85,10 +85,12 @@ def record_matches(session: Session, matches: Sequence[Match], *, now: datetime)
     return [view for view in views if view is not None]
 
 
-def _active_rows(session: Session, pairs: Sequence[Pair]) -> dict[Pair, ViolationRow]:
+def _active_rows(session: Session, pairs: Sequence[Pair], *, fold_only: bool = False) -> dict[Pair, ViolationRow]:
+    """The unresolved violations of the pairs. `fold_only`: every row gets a match folded into it, which
+    replaces its explanation (the largest column), so that is not read."""
     found: dict[Pair, ViolationRow] = {}
     for start in range(0, len(pairs), _CHUNK):
-        query = (select(ViolationRow)
+        query = (select(ViolationRow).options(*((defer(ViolationRow.explanation),) if fold_only else ()))
                  .where(tuple_(ViolationRow.rule_id, ViolationRow.group_key).in_(pairs[start:start + _CHUNK]),
                         ViolationRow.status != "resolved")
                  .order_by(ViolationRow.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,20 @@ _SQLITE_PRAGMAS = (
     # An acknowledged ingest must survive a power loss, not only a crash.
     "PRAGMA synchronous=FULL",
 )
+# Durability of a "rederivable" transaction (Database.session(rederivable=True)): the engine's output for a
+# batch of stored events (violations, evidence, history, outbox rows, and the events' processed_at).
+#
+# Why NORMAL there does not weaken what gpuslo promises: in WAL mode NORMAL skips only the fsync at commit, so
+# a power loss (not a process crash: the WAL is written before commit returns) can drop a *suffix* of such
+# commits, never part of one, and never one followed by a FULL commit (the WAL is one sequential file: a FULL
+# commit syncs every frame before it). What is acknowledged to someone stays FULL: ingested events (the 200 a
+# probe got), human actions and audit rows. A dropped engine commit takes its events' processed_at with it, so
+# on restart those events are unprocessed and the refill evaluates them again: the same recovery as a process
+# crash between evaluating a batch and committing it, which the engine already has to (and does) handle. A
+# receiver notified from a dropped outbox row may be notified again: delivery is at-least-once either way.
+# Matches not derived from stored events (absence checks against the wall clock) are committed FULL.
+_SQLITE_REDERIVABLE_SYNC = "NORMAL"
+_SQLITE_DEFAULT_SYNC = "FULL"
 
 
 def describe_error(operation: str, exc: BaseException) -> StoreError:
@@ -73,7 +88,14 @@ def _configure_sqlite(engine: Engine, url: URL) -> None:
     def _on_begin(connection: Connection) -> None:
         # Writers take the write lock up front: a deferred read-then-write transaction would fail
         # with SQLITE_BUSY instead of waiting when another writer committed in between.
-        readonly = connection.get_execution_options().get("gpuslo_readonly", False)
+        options = connection.get_execution_options()
+        readonly = options.get("gpuslo_readonly", False)
+        if not readonly:  # synchronous is per connection and cannot change inside a transaction: set it here
+            wanted = _SQLITE_REDERIVABLE_SYNC if options.get("gpuslo_rederivable") else _SQLITE_DEFAULT_SYNC
+            info = connection.connection.info  # lives as long as the pooled DB-API connection
+            if info.get("gpuslo_sync", _SQLITE_DEFAULT_SYNC) != wanted:
+                connection.exec_driver_sql(f"PRAGMA synchronous={wanted}")
+                info["gpuslo_sync"] = wanted
         connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
@@ -93,6 +115,14 @@ class Database:
         self._readonly_sessions = sessionmaker(
             self.engine.execution_options(gpuslo_readonly=True), expire_on_commit=False
         )
+        self._rederivable_sessions = sessionmaker(
+            self.engine.execution_options(gpuslo_rederivable=True), expire_on_commit=False
+        )
+        # SQLite has one writer at a time. Writers of this process queue here instead of in SQLite's busy
+        # handler, which polls with growing sleeps (1, 2, 5, 10, ... ms) and so kept a waiting ingest asleep
+        # well after the engine's transaction had committed (bench/RESULTS.md, (d)). Other processes (the CLI)
+        # still meet busy_timeout. Reentrant: a nested write session in one thread behaves as before.
+        self._writer = threading.RLock() if self.dialect == "sqlite" else None
 
     @property
     def dialect(self) -> str:
@@ -100,12 +130,23 @@ class Database:
         return self.engine.dialect.name
 
     @contextmanager
-    def session(self, *, readonly: bool = False) -> Iterator[Session]:
-        """A transaction: commits when the block ends, rolls back on any error. Driver errors: StoreError."""
-        session = (self._readonly_sessions if readonly else self._sessions)()
+    def session(self, *, readonly: bool = False, rederivable: bool = False) -> Iterator[Session]:
+        """A transaction: commits when the block ends, rolls back on any error. Driver errors: StoreError.
+
+        `rederivable`: what the transaction writes is re-derived from stored events if a power loss drops it
+        (the engine's output for a batch, with the batch's processed_at); its commit does not wait for the
+        disk. See _SQLITE_REDERIVABLE_SYNC for why that keeps every durability promise.
+        """
+        writer = None if readonly else self._writer
+        if writer is not None:
+            writer.acquire()
+        maker = self._readonly_sessions if readonly else self._rederivable_sessions if rederivable else self._sessions
+        session = maker()
         try:
             if readonly and self.dialect == "postgresql":
                 session.execute(text("SET TRANSACTION READ ONLY"))
+            elif rederivable and self.dialect == "postgresql":  # the same argument as for SQLite's NORMAL
+                session.execute(text("SET LOCAL synchronous_commit TO OFF"))
             yield session
             session.commit()
         except SQLAlchemyError as exc:
@@ -116,6 +157,8 @@ class Database:
             raise
         finally:
             session.close()
+            if writer is not None:
+                writer.release()
 
     def upgrade(self, revision: str = "head") -> None:
         """Bring the schema to `revision` with the packaged Alembic migrations."""

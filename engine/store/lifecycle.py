@@ -7,6 +7,7 @@ address. Decisions come from gpuslo.engine.incidents; this module applies them. 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -142,9 +143,32 @@ def auto_resolve_due(session: Session, now: datetime, quiet_by_rule: Mapping[str
     return resolved
 
 
+@dataclass(frozen=True)
+class _Incident:
+    """The lifecycle attributes of a row (incidents.IncidentLike), read as violation_view reads them.
+
+    What fold_notification decides on: a full ViolationView copies the explanation, group and labels, and was
+    the larger part of a fold's cost on the engine's write path.
+    """
+
+    status: str
+    flapping: bool
+    resolved_at: datetime | None
+    last_notified_at: datetime | None
+    quiet_since: datetime
+    repeat_interval_s: float
+    flap_window_s: float
+    resolve_after_s: float | None
+
+    @classmethod
+    def of(cls, row: ViolationRow) -> _Incident:
+        return cls(row.status, bool(row.flapping), row.resolved_at, row.last_notified_at,
+                   row.quiet_since or row.updated_at, row.repeat_interval_s, row.flap_window_s, row.resolve_after_s)
+
+
 def fold_notification(row: ViolationRow, now: datetime) -> str | None:
     """Whether a match folding into `row` notifies again (repeat_interval); marks it notified if so."""
-    notify = incidents.notification_for("fold", violation_view(row), now)
+    notify = incidents.notification_for("fold", _Incident.of(row), now)
     if notify is not None:
         row.last_notified_at = now
     return notify

@@ -70,3 +70,47 @@ def test_readonly_session_refuses_writes_on_postgresql(database: Database, make_
         return  # SQLite has no read-only transactions; readonly there only avoids the write lock
     with pytest.raises(StoreError, match="read-only"), database.session(readonly=True) as session:
         store_events(session, [make_event()])
+
+
+def test_rederivable_session_commits_without_fsync_and_others_stay_full(tmp_path: Path) -> None:
+    database = Database(f"sqlite:///{tmp_path / 'sync.db'}")
+    database.engine.pool.dispose()
+    try:
+        def synchronous(**options: bool) -> int:
+            with database.session(**options) as session:
+                return int(session.execute(text("PRAGMA synchronous")).scalar_one())
+
+        assert synchronous() == 2  # FULL: ingest, human actions
+        assert synchronous(rederivable=True) == 1  # NORMAL: the engine's output for stored events
+        assert synchronous() == 2  # the same pooled connection goes back to FULL
+    finally:
+        database.dispose()
+
+
+def test_writers_of_one_process_queue_behind_the_one_writing(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    database = Database(f"sqlite:///{tmp_path / 'lock.db'}")
+    database.upgrade()
+    entered = threading.Event()
+    waited: list[float] = []
+
+    def second_writer() -> None:
+        entered.wait(5)
+        started = time.perf_counter()
+        with database.session() as session:
+            session.execute(text("SELECT 1"))
+        waited.append(time.perf_counter() - started)
+
+    try:
+        worker = threading.Thread(target=second_writer)
+        worker.start()
+        with database.session() as session:
+            session.execute(text("SELECT 1"))  # holds the write lock (BEGIN IMMEDIATE)
+            entered.set()
+            time.sleep(0.2)
+        worker.join(5)
+        assert len(waited) == 1 and waited[0] >= 0.15  # it queued behind the first writer, and got in
+    finally:
+        database.dispose()
