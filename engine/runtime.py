@@ -24,11 +24,11 @@ from durable import engine as durable_engine
 
 from gpuslo.engine.errors import EngineError
 from gpuslo.engine.events import Event
-from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, text_test
+from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, group_key, group_of, text_test
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
-from gpuslo.engine.rulebook.model import Absence, Count, Rule, Rulebook, SingleEvent
-from gpuslo.engine.violations import Match
+from gpuslo.engine.rulebook.model import CLEAR_ALIAS, Absence, Count, Rule, Rulebook, SingleEvent
+from gpuslo.engine.violations import Clear, Match
 from gpuslo.engine.windows import Windows
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,12 @@ _FACT_SERIAL = itertools.count()  # fact ids unique in the process too (same rea
 
 @dataclass(frozen=True)
 class EngineResult:
-    """One evaluated batch: the events (in evaluation order) and the matches they produced."""
+    """One evaluated batch: the events (in evaluation order), the matches they produced and the violations
+    their clearing events resolve (stored after the matches)."""
 
     events: tuple[Event, ...]
     matches: tuple[Match, ...]
+    clears: tuple[Clear, ...] = ()
 
 
 def window_scope(rulebook: Rulebook, rule: Rule) -> str:
@@ -97,6 +99,7 @@ class RuleEvaluator:
         self._host = _shared_host()
         self._active: tuple[CompiledRulebook, ...] = ()
         self._fired: list[str] = []
+        self._clears: list[Clear] = []  # of the batch being evaluated
         self._windows = Windows(lateness_s)
         self._scopes: dict[str, Rulebook] = {}
         self._action_scopes: dict[str, str] = {}  # action → window scope, hashed once per load, not per firing
@@ -171,9 +174,14 @@ class RuleEvaluator:
         raise EngineError(f"event could not be asserted after re-keying: {fact.get('kind')}")
 
     def evaluate(self, events: Sequence[Event]) -> list[Match]:
-        """Run the events through every rulebook in order; return the matches."""
+        """Run the events through every rulebook in order; return the matches (clears are dropped)."""
+        return list(self.evaluate_batch(events).matches)
+
+    def evaluate_batch(self, events: Sequence[Event]) -> EngineResult:
+        """Run the events through every rulebook in order; the matches and clears they produce."""
         matches: list[Match] = []
         with self._lock:
+            self._clears = []
             observe = self._metrics.engine_post_seconds.observe
             for event in events:
                 started = time.perf_counter()
@@ -184,7 +192,8 @@ class RuleEvaluator:
                 observe(time.perf_counter() - started)
             matches += self._absences(self._watermark)
             self._expire()
-        return matches
+            clears, self._clears = self._clears, []
+        return EngineResult(tuple(events), tuple(matches), tuple(clears))
 
     def tick(self, now: float) -> list[Match]:
         """Absence checks against a clock (the live service's wall clock); event time is used otherwise."""
@@ -218,6 +227,10 @@ class RuleEvaluator:
     def _on_fire(self, unit: CompiledRulebook, name: str, event: Event) -> Match | None:
         action: RuleAction = unit.actions[name]
         rule, when, scope = action.rule, action.rule.when, self._action_scopes[name]
+        if action.alias == CLEAR_ALIAS:
+            key = group_key(group_of(rule, [event]))
+            self._clears.append(Clear(rule.id, unit.rulebook.name, key, event))
+            return None
         if isinstance(when, SingleEvent):
             return build_match(unit.rulebook, rule, {"m": event}, self._renderer)
         if isinstance(when, Absence):
@@ -339,7 +352,7 @@ class Runtime:
                 continue
             try:
                 fresh = [e for e in batch if e.id not in self._recent]
-                result = EngineResult(tuple(fresh), tuple(self.evaluator.evaluate(fresh)))
+                result = self.evaluator.evaluate_batch(fresh)
                 self._remember(e.id for e in fresh)  # evaluated once: windows already hold these events
                 self._deliver(result)
             except Exception:

@@ -26,6 +26,7 @@ from gpuslo.engine.store import audit, batch, lifecycle, notifications, reposito
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.outbox import NotificationView
+from gpuslo.engine.store.rows import ENGINE_ACTOR
 from gpuslo.engine.store.views import SilenceView, ViolationView
 
 log = logging.getLogger(__name__)
@@ -222,10 +223,13 @@ class Gpuslo:
         with self.database.session(rederivable=bool(result.events)) as session:
             for view in batch.record_matches(session, result.matches, now=now):  # one query set per batch
                 self._notify(session, view, now)
+            for view in lifecycle.resolve_cleared(session, result.clears, now):  # after the batch's matches
+                audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
+                             target_id=view.id, after={"status": view.status}, detail="cleared by an event")
+                self._notify(session, view, now)
             repository.mark_processed(session, [e.id for e in result.events], now)
         for match in result.matches:
             self.metrics.violations.labels(match.rule_id).inc()
-
 
     # ---- incident lifecycle (human actions and the periodic job) ----
 

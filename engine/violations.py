@@ -83,3 +83,13 @@ class Match:
     repeat_interval_s: float = 4 * 3600.0
     flap_window_s: float = 600.0
     resolve_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Clear:
+    """An event met a rule's `resolve: {event, if}`: the rule's unresolved violation of `group_key` resolves."""
+
+    rule_id: str
+    rulebook: str
+    group_key: str
+    event: Event

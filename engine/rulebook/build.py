@@ -9,6 +9,7 @@ from typing import Any
 from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
 from gpuslo.engine.rulebook.model import (
+    CLEAR_ALIAS,
     Absence,
     Correlation,
     Count,
@@ -85,19 +86,23 @@ class _Builder:
             description=obj.get("description", ""),
             runbook=obj.get("runbook"),
             labels=MappingProxyType(dict(obj.get("labels") or {})),
-            lifecycle=_lifecycle(obj),
+            lifecycle=self.lifecycle(path, obj),
         )
 
-
-def _lifecycle(obj: dict[str, Any]) -> Lifecycle:
-    """`repeat_interval`, `flap_window` and `resolve.after` of a rule, defaults where absent."""
-    defaults = Lifecycle()
-    after = (obj.get("resolve") or {}).get("after")
-    return Lifecycle(
-        repeat_interval_s=parse_duration(obj.get("repeat_interval") or f"{defaults.repeat_interval_s}s"),
-        flap_window_s=parse_duration(obj.get("flap_window") or f"{defaults.flap_window_s}s"),
-        resolve_after_s=None if after is None else parse_duration(after),
-    )
+    def lifecycle(self, path: Path_, obj: dict[str, Any]) -> Lifecycle:
+        """`repeat_interval`, `flap_window` and `resolve` (after, event/if) of a rule, defaults where absent."""
+        defaults = Lifecycle()
+        resolve = obj.get("resolve") or {}
+        after = resolve.get("after")
+        clear = None
+        if "event" in resolve:
+            clear = self.pattern((*path, "resolve"), resolve, CLEAR_ALIAS, {})
+        return Lifecycle(
+            repeat_interval_s=parse_duration(obj.get("repeat_interval") or f"{defaults.repeat_interval_s}s"),
+            flap_window_s=parse_duration(obj.get("flap_window") or f"{defaults.flap_window_s}s"),
+            resolve_after_s=None if after is None else parse_duration(after),
+            resolve_when=clear,
+        )
 
 
 def build_rulebook(doc: Document, source: str) -> Rulebook:

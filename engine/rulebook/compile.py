@@ -47,7 +47,8 @@ class TextTest:
 
 @dataclass(frozen=True)
 class RuleAction:
-    """What an engine action stands for: a rule, and which of its patterns matched."""
+    """What an engine action stands for: a rule, and which of its patterns matched (CLEAR_ALIAS: its
+    `resolve: {event, if}` clearing pattern)."""
 
     rule: Rule
     alias: str
@@ -156,6 +157,8 @@ class _Compiler:
         for key in (*rule.group_by, *getattr(rule.when, "same", ())):
             self.keys.add(fact_key(key))
         patterns = rule.when.patterns if isinstance(rule.when, Correlation) else (rule.when.pattern,)
+        if rule.lifecycle.resolve_when is not None:  # the clearing pattern: the runtime turns it into a Clear
+            patterns = (*patterns, rule.lifecycle.resolve_when)
         out = {}
         for pattern in patterns:
             action = f"{self.name}|{rule.id}|{pattern.alias}"
@@ -165,10 +168,9 @@ class _Compiler:
 
 
 def _kinds(rule: Rule) -> set[str]:
-    when = rule.when
-    if isinstance(when, Correlation):
-        return {p.kind for p in when.patterns}
-    return {when.pattern.kind}
+    when, clear = rule.when, rule.lifecycle.resolve_when
+    kinds = {p.kind for p in when.patterns} if isinstance(when, Correlation) else {when.pattern.kind}
+    return kinds | ({clear.kind} if clear is not None else set())
 
 
 def _window(rule: Rule) -> float:

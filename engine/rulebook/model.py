@@ -147,13 +147,21 @@ class Slo:
     description: str = ""
 
 
+CLEAR_ALIAS = "resolve"  # the alias of a rule's clearing pattern; no correlation pattern may take it
+
+
 @dataclass(frozen=True)
 class Lifecycle:
-    """How a rule's violations repeat, flap and resolve (`repeat_interval`, `flap_window`, `resolve.after`)."""
+    """How a rule's violations repeat, flap and resolve (`repeat_interval`, `flap_window`, `resolve`).
+
+    `resolve_when` is the clearing pattern of `resolve: {event, if}` (alias CLEAR_ALIAS): an event matching it
+    resolves the rule's violation of the group key taken from that event.
+    """
 
     repeat_interval_s: float = 4 * 3600.0
     flap_window_s: float = 600.0
-    resolve_after_s: float | None = None  # None: only a human resolves
+    resolve_after_s: float | None = None  # None: no quiet-period resolve
+    resolve_when: EventPattern | None = None  # None: no clearing event
 
 
 @dataclass(frozen=True)

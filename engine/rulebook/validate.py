@@ -19,6 +19,7 @@ from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.events import ENVELOPE_FIELDS, KIND_ATTRS, KINDS, field_type
 from gpuslo.engine.rulebook.expr import KEYWORDS, parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.model import CLEAR_ALIAS
 from gpuslo.engine.templates import summary_environment
 from gpuslo.engine.units import parse_duration
 
@@ -356,6 +357,35 @@ def _rule_problems(
                  ("resolve", "after"): resolve.get("after")}
     for where, value in lifecycle.items():
         yield from _duration_problem(doc, (*path, *where), value, rid, MAX_LIFECYCLE_S)
+    if isinstance(rule.get("resolve"), dict):
+        yield from _resolve_problems(ctx, (*path, "resolve"), rule, rid)
+
+
+def _resolve_problems(ctx: _Context, path: Path_, rule: dict[str, Any], rid: str | None) -> Iterator[RulebookProblem]:
+    """`resolve:` needs `after` or `event`; the clearing event's kind, condition and group_by fields."""
+    doc, resolve = ctx.doc, rule["resolve"]
+    if "after" not in resolve and "event" not in resolve:
+        yield RulebookProblem(doc.at(path, key=True), "'resolve' needs 'after', 'event' or both", rid)
+    if "if" in resolve and "event" not in resolve:
+        yield RulebookProblem(doc.at((*path, "if"), key=True), "'if' in 'resolve' needs 'event'", rid)
+    kind = resolve.get("event")
+    if kind is None:
+        return
+    yield from _kind_problem(doc, (*path, "event"), kind, rid)
+    if not isinstance(kind, str) or kind not in KINDS:
+        return
+    yield from ctx.condition((*path, "if"), resolve.get("if"), kind, {}, rid)
+    when = rule.get("when") if isinstance(rule.get("when"), dict) else {}
+    group_by = rule.get("group_by", ["host"])
+    keys = group_by if isinstance(group_by, list) and group_by else when.get("same")
+    for name in keys if isinstance(keys, list) else []:
+        if isinstance(name, str) and field_type(kind, name) is None:
+            yield RulebookProblem(doc.at((*path, "event")), f"the clearing event {kind} has no field '{name}' "
+                                  "of the rule's group_by, so it cannot name the violation it resolves", rid)
+    patterns = when.get("all") if isinstance(when.get("all"), list) else []
+    if any(isinstance(p, dict) and p.get("name") == CLEAR_ALIAS for p in patterns):
+        yield RulebookProblem(doc.at(path, key=True), f"a rule with 'resolve: {{event}}' cannot name a pattern "
+                              f"'{CLEAR_ALIAS}' (the clearing pattern takes that name)", rid)
 
 
 def semantic_problems(doc: Document) -> list[RulebookProblem]:

@@ -6,7 +6,7 @@ address. Decisions come from gpuslo.engine.incidents; this module applies them. 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +21,7 @@ from gpuslo.engine.events import format_time
 from gpuslo.engine.store.models import HistoryRow, ViolationRow
 from gpuslo.engine.store.rows import ENGINE_ACTOR, append_history, require_aware, store_operation, violation_view
 from gpuslo.engine.store.views import ViolationView
-from gpuslo.engine.violations import Match
+from gpuslo.engine.violations import Clear, Match
 
 MAX_COMMENT = 10_000
 _HISTORY_ACTION = {"acknowledge": "acknowledged", "resolve": "resolved", "reopen": "reopened"}
@@ -139,6 +139,32 @@ def auto_resolve_due(session: Session, now: datetime, quiet_by_rule: Mapping[str
         append_history(session, row.id, now, "resolved",
                        {"reason": "quiet", "quiet_s": quiet, "quiet_since": format_time(view.quiet_since)},
                        before=before, after="resolved")
+        resolved.append(violation_view(row, "resolve"))
+    return resolved
+
+
+@store_operation
+def resolve_cleared(session: Session, clears: Sequence[Clear], now: datetime) -> list[ViolationView]:
+    """Resolve the unresolved violation of each clear's rule and group key (`resolve: {event, if}`).
+
+    A clearing event older than the violation's last match leaves it open: the match came after the clear.
+    """
+    require_aware(now, "resolve_cleared")
+    resolved = []
+    for clear in clears:
+        row = session.scalars(
+            select(ViolationRow).where(ViolationRow.rule_id == clear.rule_id, ViolationRow.rulebook == clear.rulebook,
+                                       ViolationRow.group_key == clear.group_key, ViolationRow.status != "resolved")
+            .order_by(ViolationRow.id).limit(1).with_for_update()).first()
+        if row is None or clear.event.time < row.last_seen:
+            continue
+        before = row.status
+        row.status, row.resolved_at, row.resolved_by, row.updated_at = "resolved", now, ENGINE_ACTOR, now
+        row.flapping = False
+        append_history(session, row.id, now, "resolved",
+                       {"reason": "cleared", "event_id": clear.event.id, "event_kind": clear.event.kind,
+                        "event_time": format_time(clear.event.time)}, before=before, after="resolved")
+        session.flush()
         resolved.append(violation_view(row, "resolve"))
     return resolved
 
