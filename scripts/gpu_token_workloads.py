@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from gpu_workloads import expected_fr, fill_blocks  # the same fill and FR maths as the e2e run
+
 MIB, GIB = 1 << 20, 1 << 30
 MODEL = "tiny-llama-random"
 VOCAB = 256  # byte tokenizer: token id = byte value
@@ -38,22 +40,6 @@ MAX_PROMPT = 512
 # Above 10 MiB each block gets its own cudaMalloc'd segment, so every freed one stays a separate cached block.
 SERVE_SIZES_MIB = (12, 18, 14, 22, 16)
 SQUEEZE_SIZES_MIB = (512, 1024, 1536, 768, 1280)
-
-
-def _fill(torch: Any, target: int, sizes_mib: tuple[int, ...]) -> list[Any]:
-    """Allocate blocks cycling through the sizes until the next one would pass `target` bytes."""
-    tensors, used, i = [], 0, 0
-    while True:
-        size = sizes_mib[i % len(sizes_mib)] * MIB
-        if used + size > target:
-            return tensors
-        tensors.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
-        used += size
-        i += 1
-
-
-def _expected_fr(freed: list[int]) -> float:
-    return (sum(freed) - max(freed)) / sum(freed) if freed else 0.0
 
 
 # ---------------------------------------------------------------------------------------------- serving
@@ -124,13 +110,13 @@ class Fragmenter(threading.Thread):
         rec: dict[str, Any] = {"cycle": len(self.cycles)}
         free, _ = torch.cuda.mem_get_info()
         rec["fill_start_ns"] = time.time_ns()
-        blocks = _fill(torch, free - cfg.margin_bytes, SERVE_SIZES_MIB)
+        blocks = fill_blocks(torch, free - cfg.margin_bytes, SERVE_SIZES_MIB)
         rec["fill_end_ns"] = time.time_ns()
         freed = [b.numel() for b in blocks[0::2]]
         kept = blocks[1::2]
         del blocks
         rec.update(segments=len(freed) + len(kept), freed_segments=len(freed), freed_bytes=sum(freed),
-                   expected_fr=round(_expected_fr(freed), 6), device_free_after_fill=torch.cuda.mem_get_info()[0])
+                   expected_fr=round(expected_fr(freed), 6), device_free_after_fill=torch.cuda.mem_get_info()[0])
         self.stop_event.wait(cfg.hold_s)
         rec["waited_for_stream_s"] = self._wait(lambda: gen.active and gen.position >= cfg.min_token_index, 15)
         rec["mid_stream"] = gen.active
@@ -299,7 +285,7 @@ def squeeze(args: argparse.Namespace) -> None:
 
     torch.zeros(1, device="cuda")
     free, total = torch.cuda.mem_get_info()
-    tensors = _fill(torch, free - args.leave_gib * GIB, SQUEEZE_SIZES_MIB)
+    tensors = fill_blocks(torch, free - args.leave_gib * GIB, SQUEEZE_SIZES_MIB)
     freed = [t.numel() for t in tensors[0::2]]
     kept = tensors[1::2]
     del tensors

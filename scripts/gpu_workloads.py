@@ -91,10 +91,11 @@ def graph() -> None:
     _result(good_graph_ok=ok, errors=errors)
 
 
-def _fill(torch: Any, target: int) -> list[Any]:
+def fill_blocks(torch: Any, target: int, sizes_mib: tuple[int, ...] = FRAG_SIZES_MIB) -> list[Any]:
+    """Allocate blocks cycling through the sizes until the next one would pass `target` bytes."""
     tensors, used, i = [], 0, 0
     while True:
-        size = FRAG_SIZES_MIB[i % len(FRAG_SIZES_MIB)] * MIB
+        size = sizes_mib[i % len(sizes_mib)] * MIB
         if used + size > target:
             return tensors
         tensors.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
@@ -102,9 +103,9 @@ def _fill(torch: Any, target: int) -> list[Any]:
         i += 1
 
 
-def _expected_fr(freed: list[int]) -> float:
+def expected_fr(freed: list[int]) -> float:
     """FR the allocator probe should report when exactly these blocks are cached free (own segments each)."""
-    return (sum(freed) - max(freed)) / sum(freed)
+    return (sum(freed) - max(freed)) / sum(freed) if freed else 0.0
 
 
 def _snapshot_cost(torch: Any, repeats: int = 5) -> dict[str, float]:
@@ -131,7 +132,7 @@ def frag(server: str) -> None:
     while reporter.stats.ticks < 1:
         time.sleep(0.05)
     free, total = torch.cuda.mem_get_info()
-    tensors = _fill(torch, free - FRAG_MARGIN)
+    tensors = fill_blocks(torch, free - FRAG_MARGIN)
     filled = sum(t.numel() for t in tensors)
     freed1 = [t.numel() for t in tensors[0::2]]
     kept = tensors[1::2]
@@ -147,8 +148,8 @@ def frag(server: str) -> None:
     _result(device_total=total, device_free_before=free, filled_bytes=filled, chunks=len(freed1) + len(kept) * 2,
             big_request_bytes=big.numel(), num_alloc_retries=stats.get("num_alloc_retries", 0),
             num_ooms=stats.get("num_ooms", 0),
-            expected_fr_1=_expected_fr(freed1), freed_bytes_1=sum(freed1), largest_free_1=max(freed1),
-            expected_fr_2=_expected_fr(freed2), freed_bytes_2=sum(freed2), largest_free_2=max(freed2),
+            expected_fr_1=expected_fr(freed1), freed_bytes_1=sum(freed1), largest_free_1=max(freed1),
+            expected_fr_2=expected_fr(freed2), freed_bytes_2=sum(freed2), largest_free_2=max(freed2),
             reported=[e.to_dict() for e in tick1 + tick2], snapshot_cost=cost,
             reporter_stats=dataclasses.asdict(reporter.stats))
 
