@@ -13,7 +13,8 @@ from ebpf_support import HERE, AppRunner, FakeBuild
 @pytest.fixture(scope="session")
 def fake_build(tmp_path_factory: pytest.TempPathFactory) -> FakeBuild:
     if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed on this machine: it builds the libcuda look-alike the BPF tests attach to")
+        pytest.skip(reason="gcc is not installed on this machine: it builds the libcuda look-alike the BPF "
+                           "tests attach to")
     out = tmp_path_factory.mktemp("fakecuda")
     lib, app, copy = out / "libfakecuda.so", out / "fakeapp", out / "libcuda.so.1"
     subprocess.run(["gcc", "-Wall", "-Werror", "-shared", "-fPIC", "-O2", "-o", str(lib),
