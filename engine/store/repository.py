@@ -6,20 +6,18 @@ StoreError naming the function.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Select, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event, body_digest, format_time, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
-from gpuslo.engine.store.db import describe_error
 from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
 from gpuslo.engine.store.models import (
     EVIDENCE_KEEP_FIRST,
@@ -31,7 +29,14 @@ from gpuslo.engine.store.models import (
     RulebookVersionRow,
     ViolationRow,
 )
-from gpuslo.engine.store.rows import append_history, history_entry, require_aware, violation_fields, violation_view
+from gpuslo.engine.store.rows import (
+    append_history,
+    history_entry,
+    require_aware,
+    store_operation,
+    violation_fields,
+    violation_view,
+)
 from gpuslo.engine.store.views import (
     EventFilter,
     Page,
@@ -43,23 +48,11 @@ from gpuslo.engine.store.views import (
 )
 from gpuslo.engine.violations import Match
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 # Rows per INSERT or IN (...) list: well under SQLite's and PostgreSQL's bound-parameter limits.
 _CHUNK = 500
 ACTIVE_STATUSES = ("open", "acknowledged")
-
-
-def _operation(function: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(function)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return function(*args, **kwargs)
-        except SQLAlchemyError as exc:
-            raise describe_error(function.__name__, exc) from exc
-
-    return wrapper
 
 
 def _chunks(items: Sequence[R], size: int = _CHUNK) -> Iterator[Sequence[R]]:
@@ -81,7 +74,7 @@ def _check_page(operation: str, page: int, page_size: int) -> None:
 # ---- events -------------------------------------------------------------------------------------------
 
 
-@_operation
+@store_operation
 def store_events(session: Session, events: Sequence[Event], *, now: datetime | None = None) -> list[str]:
     """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict."""
     received_at = now or datetime.now(UTC)
@@ -127,7 +120,7 @@ def _stored_hashes(session: Session, ids: Sequence[str]) -> dict[str, str]:
     return found
 
 
-@_operation
+@store_operation
 def unprocessed_events(session: Session, limit: int) -> list[Event]:
     """Events the engine has not evaluated yet, oldest first."""
     bodies = session.scalars(
@@ -137,7 +130,7 @@ def unprocessed_events(session: Session, limit: int) -> list[Event]:
     return [parse_event(body) for body in bodies]
 
 
-@_operation
+@store_operation
 def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
     """Record that the engine has evaluated these events."""
     require_aware(at, "mark_processed")
@@ -145,7 +138,7 @@ def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
         session.execute(update(EventRow).where(EventRow.id.in_(chunk)).values(processed_at=at))
 
 
-@_operation
+@store_operation
 def list_events(session: Session, filters: EventFilter, *, page: int = 1,
                 page_size: int = 50) -> Page[StoredEvent]:
     """Events matching the filter, newest first."""
@@ -175,7 +168,7 @@ def _paged(session: Session, query: Select[Any], conditions: Sequence[ColumnElem
 # ---- violations ---------------------------------------------------------------------------------------
 
 
-@_operation
+@store_operation
 def record_match(session: Session, match: Match, *, now: datetime) -> ViolationView:
     """Fold a match into the unresolved violation of its rule and group key, reopen the one resolved within the
     rule's flap window, or open a new one. The view's `notify` says what receivers should get."""
@@ -307,7 +300,7 @@ def _trim_evidence(session: Session, violation_id: int) -> None:
     ))
 
 
-@_operation
+@store_operation
 def list_violations(session: Session, filters: ViolationFilter, *, page: int = 1,
                     page_size: int = 50) -> Page[ViolationView]:
     """Violations matching the filter, most recently seen first."""
@@ -327,7 +320,7 @@ def list_violations(session: Session, filters: ViolationFilter, *, page: int = 1
     return Page(tuple(violation_view(r) for r in rows), page, page_size, total, page * page_size < total)
 
 
-@_operation
+@store_operation
 def get_violation(session: Session, violation_id: int) -> ViolationDetail | None:
     """One violation with its evidence events (time order) and its history (oldest first)."""
     row = session.get(ViolationRow, violation_id)
@@ -345,7 +338,7 @@ def get_violation(session: Session, violation_id: int) -> ViolationDetail | None
                            history=tuple(history_entry(h) for h in history))
 
 
-@_operation
+@store_operation
 def count_violations_by_rule(session: Session) -> dict[str, int]:
     """Unresolved (open or acknowledged) violations per rule id."""
     rows = session.execute(
@@ -358,7 +351,7 @@ def count_violations_by_rule(session: Session) -> dict[str, int]:
 # ---- rulebooks ----------------------------------------------------------------------------------------
 
 
-@_operation
+@store_operation
 def record_rulebook_load(session: Session, *, name: str, version: str, content_hash: str, path: str,
                          source: str, error: str | None, now: datetime) -> None:
     """Record a load; a successful reload of identical content only moves loaded_at (and path, version)."""
@@ -375,7 +368,7 @@ def record_rulebook_load(session: Session, *, name: str, version: str, content_h
     session.execute(statement)
 
 
-@_operation
+@store_operation
 def list_rulebook_versions(session: Session, limit: int = 200) -> list[RulebookVersionView]:
     """Rulebook loads, newest first."""
     rows = session.scalars(
