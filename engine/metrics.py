@@ -19,9 +19,10 @@ class Metrics:
             "gpuslo_rule_matches", "Rule matches recorded as violations, by rule.", ["rule"], registry=self.registry)
         self.engine_queue_depth = Gauge(
             "gpuslo_engine_queue_depth", "Events waiting for the rules engine.", registry=self.registry)
-        self.engine_post_seconds = Histogram(
-            "gpuslo_engine_post_seconds", "Time to evaluate one event against every rulebook.",
-            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
+        self.engine_batch_seconds = Histogram(
+            "gpuslo_engine_batch_seconds",
+            "Time to evaluate one batch of queued events (up to 500) against every rulebook.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry)
         self.engine_errors = Counter(
             "gpuslo_engine_errors", "Engine failures by kind (observed-id collisions, action errors, ...).",

@@ -1,14 +1,13 @@
-"""The rules engine: one durable_rules host, fed from one thread through a bounded queue.
+"""The rules engine: durable_rules' matcher, fed from one thread through a bounded queue.
 
-The only module that imports durable_rules. Events become facts with ids this module owns, so every matching
-rule fires (an event would be consumed by the first). Facts of single-event rulesets are retracted at once;
-facts that windowed rules may still join are retracted when their window and the allowed lateness have passed,
-so the engine's memory stays bounded.
+Events become facts with ids this module owns, so every matching rule fires (an event would be consumed by
+the first). Facts are retracted at once (the engine matches single facts); events that windowed rules may
+still join are held in the runtime's windows until their window and the allowed lateness have passed, so the
+engine's memory stays bounded.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import logging
@@ -20,10 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durable import engine as durable_engine
-
+from gpuslo.engine import matcher
 from gpuslo.engine.errors import EngineError
-from gpuslo.engine.events import Event
+from gpuslo.engine.events import ENVELOPE_FIELDS, Event
 from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, group_key, group_of, text_test
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
@@ -36,10 +34,7 @@ _SID = "0"
 _FACT_ENVELOPE = frozenset({"id", "sid", "kind", "ts"})  # keys every fact has before its fields are copied
 _BATCH = 500
 _RECENT = 100_000
-# Ruleset names must be unique in the process, not only per host: durable_rules' C core crashed when two hosts
-# registered the same name (seen in tests/engine/test_windows.py). Read-only use: it only hands out numbers.
-_RULESET_SERIAL = itertools.count()
-_FACT_SERIAL = itertools.count()  # fact ids unique in the process too (same reason)
+_FACT_SERIAL = itertools.count()  # fact ids unique in the process: every ruleset shares one C core
 
 
 @dataclass(frozen=True)
@@ -52,58 +47,47 @@ class EngineResult:
     clears: tuple[Clear, ...] = ()
 
 
+@dataclass(frozen=True)
+class _FactFields:
+    """The event fields a rulebook's facts copy, as (fact key, name), sorted by where the event keeps them."""
+
+    envelope: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]  # name: the label's key
+    attrs: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, unit: CompiledRulebook) -> _FactFields:
+        fields = [(key, key.replace("__", ".")) for key in sorted(unit.keys) if key not in _FACT_ENVELOPE]
+        return cls(tuple((key, name) for key, name in fields if name in ENVELOPE_FIELDS),
+                   tuple((key, name[len("labels."):]) for key, name in fields if name.startswith("labels.")),
+                   tuple((key, name) for key, name in fields
+                         if name not in ENVELOPE_FIELDS and not name.startswith("labels.")))
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A compiled rulebook, registered in the matcher, with the event fields its facts copy."""
+
+    compiled: CompiledRulebook
+    ruleset: matcher.Ruleset
+    fields: _FactFields
+
+
 def window_scope(rulebook: Rulebook, rule: Rule) -> str:
     """Where a rule's window state lives: the same for an unchanged rule across reloads of its rulebook."""
     fingerprint = hashlib.sha1(repr((rule.when, rule.group_by)).encode(), usedforsecurity=False).hexdigest()[:16]
     return f"{rulebook.name}|{rule.id}|{fingerprint}"
 
 
-def _fact_fields(unit: CompiledRulebook) -> tuple[tuple[str, str], ...]:
-    """The fact keys copied from an event, with the field name each reads (in the order of unit.keys)."""
-    return tuple((key, key.replace("__", ".")) for key in unit.keys if key not in _FACT_ENVELOPE)
-
-
-class _Host(durable_engine.Host):  # type: ignore[misc]
-    """A durable_rules host whose actions are bound by name from a table the runtime fills."""
-
-    def __init__(self) -> None:
-        self.actions: dict[str, Callable[[Any], None]] = {}
-        super().__init__()
-
-    def get_action(self, action_name: str) -> Callable[[Any], None]:
-        return self.actions[action_name]
-
-    def _run(self) -> None:
-        """Start no background dispatcher threads.
-
-        durable_rules' host re-arms two timer threads forever that dispatch queued actions and timers into
-        every ruleset while the engine thread asserts facts; that interleaving crashed the C core (a
-        deterministic SIGSEGV in tests/engine). Facts run their actions inline, and gpuslo keeps time itself.
-        """
-
-
-@functools.cache
-def _shared_host() -> _Host:
-    """The process's one durable_rules host (ruleset names are unique, so evaluators never collide).
-
-    Several hosts in one process crashed the C core deterministically (tests/engine: a second host's
-    assert_fact segfaulted after a first host had asserted and retracted facts), so there is exactly one.
-    """
-    return _Host()
-
-
 class RuleEvaluator:
     """Evaluates events against compiled rulebooks on the caller's thread (the engine thread, or a backtest)."""
 
     def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None):
-        self._host = _shared_host()
-        self._active: tuple[CompiledRulebook, ...] = ()
-        self._fired: list[str] = []
+        self._active: tuple[_Unit, ...] = ()
         self._clears: list[Clear] = []  # of the batch being evaluated
         self._windows = Windows(lateness_s)
         self._scopes: dict[str, Rulebook] = {}
         self._action_scopes: dict[str, str] = {}  # action → window scope, hashed once per load, not per firing
-        self._fields: dict[str, tuple[tuple[str, str], ...]] = {}  # ruleset → (fact key, field name) to copy
         self._watermark = 0.0
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
@@ -112,65 +96,66 @@ class RuleEvaluator:
 
     @property
     def rulebooks(self) -> tuple[Rulebook, ...]:
-        return tuple(c.rulebook for c in self._active)
+        return tuple(unit.compiled.rulebook for unit in self._active)
 
     def load(self, rulebooks: Sequence[Rulebook]) -> None:
         """Compile and register the rulebooks, then swap them in; on failure the old ones keep running."""
-        compiled = []
+        units = []
         for rulebook in rulebooks:
-            name = f"{rulebook.name}@{rulebook.content_hash[:12]}#{next(_RULESET_SERIAL)}"
-            unit = compile_rulebook(rulebook, ruleset=name)
-            for action in unit.actions:
-                self._host.actions[action] = self._action(action)
+            compiled = compile_rulebook(rulebook, ruleset=matcher.unique_name(
+                f"{rulebook.name}@{rulebook.content_hash[:12]}"))
             try:
-                self._host.set_rulesets({unit.ruleset: unit.definition_dict()})
-            except Exception as exc:  # durable raises bare Exception subclasses with error codes only
-                message = f"rulebook {rulebook.name!r}: the engine refused the compiled ruleset: {exc}"
-                raise EngineError(message) from exc
-            compiled.append(unit)
-        scopes = {window_scope(unit.rulebook, rule): unit.rulebook for unit in compiled for rule in unit.rulebook.rules}
-        action_scopes = {name: window_scope(unit.rulebook, action.rule)
-                         for unit in compiled for name, action in unit.actions.items()}
-        fields = {unit.ruleset: _fact_fields(unit) for unit in compiled}
+                ruleset = matcher.register(compiled.ruleset, compiled.definition_dict())
+            except EngineError as exc:
+                raise EngineError(f"rulebook {rulebook.name!r}: {exc}") from exc
+            units.append(_Unit(compiled, ruleset, _FactFields.of(compiled)))
+        scopes = {window_scope(unit.compiled.rulebook, rule): unit.compiled.rulebook
+                  for unit in units for rule in unit.compiled.rulebook.rules}
+        action_scopes = {name: window_scope(unit.compiled.rulebook, action.rule)
+                         for unit in units for name, action in unit.compiled.actions.items()}
         with self._lock:
-            self._active = tuple(compiled)
+            self._active = tuple(units)
             self._windows.forget(set(self._scopes) - set(scopes))
             self._scopes = scopes
             self._action_scopes = action_scopes
-            self._fields = fields
 
-    def _action(self, action: str) -> Callable[[Any], None]:
-        def fire(_closure: Any) -> None:
-            self._fired.append(action)  # nothing here may raise: the engine would swallow it
-
-        return fire
-
-    def _fact(self, event: Event, unit: CompiledRulebook, timestamp: float | None = None) -> dict[str, Any]:
-        ts = event.timestamp if timestamp is None else timestamp
-        fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": ts}
-        get = event.get
-        for key, name in self._fields.get(unit.ruleset) or _fact_fields(unit):
-            value = get(name)
+    def _fact(self, event: Event, unit: _Unit, timestamp: float) -> dict[str, Any]:
+        fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": timestamp}
+        fields = unit.fields
+        for key, name in fields.envelope:
+            value = getattr(event, name)
             if value is not None:
                 fact[key] = value
-        for test in unit.text_tests:
+        for source, copied in ((event.labels, fields.labels), (event.attrs, fields.attrs)):
+            for key, name in copied:
+                value = source.get(name)
+                if value is not None:
+                    fact[key] = value
+        for test in unit.compiled.text_tests:
             observed = event.get(test.field)
             if observed is not None:  # absent stays absent, so neither the test nor its negation holds
                 fact[test.key] = 1 if text_test(test.op, observed, test.pattern) else 0
         return fact
 
-    def _assert(self, unit: CompiledRulebook, fact: dict[str, Any]) -> bool:
-        """Assert the fact; False when no rule pattern took it (the engine then keeps nothing of it)."""
+    def facts(self, event: Event) -> list[tuple[matcher.Ruleset, dict[str, Any]]]:
+        """The facts an event becomes, one per loaded rulebook that reads its kind (bench/engine.py's (a))."""
+        return [(unit.ruleset, self._fact(event, unit, event.timestamp))
+                for unit in self._active if event.kind in unit.compiled.kinds]
+
+    def _match_fact(self, unit: _Unit, fact: dict[str, Any]) -> list[str]:
+        """Assert the fact and retract it at once; the actions it fired (none when no rule pattern took it)."""
         for _attempt in range(3):
+            text = matcher.encode(fact)
             try:
-                self._host.assert_fact(unit.ruleset, fact)
-                return True
-            except durable_engine.MessageNotHandledException:
-                return False
-            except durable_engine.MessageObservedException:
+                fired = matcher.assert_fact(unit.ruleset, text)
+            except matcher.IdCollision:
                 # 32-bit id hash collision with a pending fact: re-key and count it, never drop silently.
                 self._metrics.engine_errors.labels("observed_collision").inc()
                 fact["id"] = f"f{next(_FACT_SERIAL)}"
+                continue
+            if fired is None:  # an unhandled fact is not stored (bench/RESULTS.md): nothing to retract
+                return []
+            return fired + matcher.retract_fact(unit.ruleset, text)
         raise EngineError(f"event could not be asserted after re-keying: {fact.get('kind')}")
 
     def evaluate(self, events: Sequence[Event]) -> list[Match]:
@@ -182,17 +167,17 @@ class RuleEvaluator:
         matches: list[Match] = []
         with self._lock:
             self._clears = []
-            observe = self._metrics.engine_post_seconds.observe
+            started = time.perf_counter()
             for event in events:
-                started = time.perf_counter()
                 timestamp = event.timestamp  # a datetime conversion: done once per event, not per use
-                if timestamp > self._watermark:  # silences that ended before this event are due first
-                    matches += self._absences(timestamp)
+                if timestamp > self._watermark and self._windows.absence_due(timestamp):
+                    matches += self._absences(timestamp)  # silences that ended before this event are due first
                 matches += self._evaluate_one(event, timestamp)
-                observe(time.perf_counter() - started)
             matches += self._absences(self._watermark)
             self._expire()
             clears, self._clears = self._clears, []
+            if events:
+                self._metrics.engine_batch_seconds.observe(time.perf_counter() - started)
         return EngineResult(tuple(events), tuple(matches), tuple(clears))
 
     def tick(self, now: float) -> list[Match]:
@@ -210,16 +195,10 @@ class RuleEvaluator:
         self._watermark = max(self._watermark, timestamp)
         matches: list[Match] = []
         for unit in self._active:
-            if event.kind not in unit.kinds:
+            if event.kind not in unit.compiled.kinds:
                 continue
-            fact = self._fact(event, unit, timestamp)
-            self._fired.clear()
-            stored = self._assert(unit, fact)
-            fired, self._fired = self._fired, []
-            if stored:  # an unhandled fact is not stored (measured: bench/RESULTS.md), so there is nothing to retract
-                self._retract(unit.ruleset, fact)
-            for action in fired:
-                match = self._on_fire(unit, action, event)
+            for action in self._match_fact(unit, self._fact(event, unit, timestamp)):
+                match = self._on_fire(unit.compiled, action, event)
                 if match is not None:
                     matches.append(match)
         return matches
@@ -244,12 +223,6 @@ class RuleEvaluator:
             return build_match(unit.rulebook, rule, evidence, self._renderer)
         found = self._windows.correlate(scope, rule, action.alias, event)
         return None if found is None else build_match(unit.rulebook, rule, found, self._renderer)
-
-    def _retract(self, ruleset: str, fact: dict[str, Any]) -> None:
-        try:
-            self._host.retract_fact(ruleset, fact)
-        except durable_engine.MessageNotHandledException:
-            pass
 
     def _expire(self) -> None:
         self._windows.expire(self._watermark)

@@ -1,7 +1,8 @@
-"""Event-time windows for correlations and counts: the joins the engine cannot do safely, kept bounded.
+"""Event-time windows for correlations, counts and absences: the joins the engine cannot do safely, kept bounded.
 
 Each window holds, per rule and `same:` key, the recent events of each pattern; events leave once the
 watermark (the newest event time seen) has moved past their time + the rule's window + the allowed lateness.
+An absence holds its last expected event (a heartbeat), or its armings until they are disarmed or fire.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gpuslo.engine.events import Event
 from gpuslo.engine.rulebook.model import Absence, Correlation, Count, Rule
 
 _MAX_PER_PATTERN = 1000  # per rule and key: a burst beyond this keeps only the newest
+Key = tuple[object, ...]
 
 
 def same_key(event: Event, keys: Sequence[str]) -> tuple[object, ...] | None:
@@ -32,8 +34,12 @@ class Windows:
         self._recent: dict[tuple[str, tuple[object, ...]], dict[str, deque[Event]]] = defaultdict(dict)
         self._counts: dict[tuple[str, tuple[object, ...]], deque[Event]] = defaultdict(deque)
         self._horizon: dict[str, float] = {}
-        self._last_seen: dict[tuple[str, tuple[object, ...]], tuple[Rule, Event, bool]] = {}
-        self._deadlines: list[tuple[float, str, tuple[object, ...], str]] = []  # heap: due time, scope, key, id
+        self._last_seen: dict[tuple[str, Key], tuple[Rule, Event, bool]] = {}
+        # Armed absences: per rule and key, the arming events (by id) still waiting for their expected event,
+        # and the expected events of the last `for` + lateness, for armings that arrive after them.
+        self._armed: dict[tuple[str, Key], dict[str, tuple[Rule, Event]]] = {}
+        self._expected: dict[tuple[str, Key], deque[Event]] = {}
+        self._deadlines: list[tuple[float, int, str, Key, str]] = []  # heap: due time, tie-breaker, scope, key, id
         # Heap of (earliest expiry among a key's oldest events, tie-breaker, scope, key), pushed whenever a key
         # changes, so expire() visits only keys with something due instead of every key on every batch.
         self._expiries: list[tuple[float, int, str, tuple[object, ...]]] = []
@@ -42,7 +48,8 @@ class Windows:
     def held(self) -> int:
         """Events held in windows now (for tests and the memory benchmark)."""
         recent = sum(len(q) for by_alias in self._recent.values() for q in by_alias.values())
-        return recent + sum(len(q) for q in self._counts.values())
+        armed = sum(len(a) for a in self._armed.values()) + sum(len(q) for q in self._expected.values())
+        return recent + sum(len(q) for q in self._counts.values()) + armed
 
     def correlate(self, scope: str, rule: Rule, alias: str, event: Event) -> dict[str, Event] | None:
         """Add a pattern match; return alias → event when it completes the correlation within the window."""
@@ -78,25 +85,69 @@ class Windows:
         heapq.heappush(self._expiries, (-math.inf, next(self._pushes), scope, key))  # emptied: drop at next expire
         return inside
 
-    def seen(self, scope: str, rule: Rule, event: Event) -> None:
-        """An expected event of an absence rule arrived: (re)arm its key."""
-        assert isinstance(rule.when, Absence)
-        key = same_key(event, rule.when.same)
+    def absence_event(self, scope: str, rule: Rule, alias: str, event: Event) -> None:
+        """An event matched a pattern of an absence rule: the arming pattern (`alias` ARM_ALIAS) arms its key;
+        the expected pattern re-arms a heartbeat, or disarms the armings it answers."""
+        when = rule.when
+        assert isinstance(when, Absence)
+        key = same_key(event, when.same)
         if key is None:
             return
+        if when.after is None:
+            self._heartbeat(scope, rule, when, key, event)
+        elif alias == when.after.alias:
+            self._arm(scope, rule, when, key, event)
+        else:
+            self._disarm(scope, when, key, event)
+
+    def _heartbeat(self, scope: str, rule: Rule, when: Absence, key: Key, event: Event) -> None:
         previous = self._last_seen.get((scope, key))
         if previous is None or previous[1].timestamp <= event.timestamp:
             self._last_seen[(scope, key)] = (rule, event, False)
-            heapq.heappush(self._deadlines, (event.timestamp + rule.when.for_s, scope, key, event.id))
+            self._push_deadline(event.timestamp + when.for_s, scope, key, event.id)
+
+    def _arm(self, scope: str, rule: Rule, when: Absence, key: Key, event: Event) -> None:
+        """Arm the key, unless an expected event that answers this arming arrived before it (out of order)."""
+        if any(_answers(expected, event, when.for_s) for expected in self._expected.get((scope, key), ())):
+            return
+        self._armed.setdefault((scope, key), {})[event.id] = (rule, event)
+        self._push_deadline(event.timestamp + when.for_s, scope, key, event.id)
+
+    def _disarm(self, scope: str, when: Absence, key: Key, expected: Event) -> None:
+        """Drop the armings this expected event answers; keep it for `for` + lateness for armings still to come."""
+        armings = self._armed.get((scope, key))
+        if armings:
+            for event_id in [i for i, (_rule, arming) in armings.items() if _answers(expected, arming, when.for_s)]:
+                del armings[event_id]
+            if not armings:
+                del self._armed[(scope, key)]
+        self._horizon[scope] = when.for_s + self._lateness
+        queue = self._expected.setdefault((scope, key), deque(maxlen=_MAX_PER_PATTERN))
+        queue.append(expected)
+        self._schedule(scope, key, (queue,))
+
+    def _push_deadline(self, due: float, scope: str, key: Key, event_id: str) -> None:
+        heapq.heappush(self._deadlines, (due, next(self._pushes), scope, key, event_id))
+
+    def absence_due(self, now: float) -> bool:
+        """Whether `absent(now)` may return anything: a cheap test the engine makes before every event."""
+        return bool(self._deadlines) and self._deadlines[0][0] < now
 
     def absent(self, now: float) -> list[tuple[str, Rule, Event, float]]:
-        """Keys whose expected event is overdue at `now`: (scope, rule, last event, silence). Each fires once."""
+        """Absences overdue at `now`: (scope, rule, last expected or arming event, silence). Each fires once."""
         due = []
         while self._deadlines and self._deadlines[0][0] < now:
-            _deadline, scope, key, event_id = heapq.heappop(self._deadlines)
+            _deadline, _push, scope, key, event_id = heapq.heappop(self._deadlines)
+            armings = self._armed.get((scope, key))
+            if armings is not None and event_id in armings:
+                rule, arming = armings.pop(event_id)
+                if not armings:
+                    del self._armed[(scope, key)]
+                due.append((scope, rule, arming, now - arming.timestamp))
+                continue
             current = self._last_seen.get((scope, key))
             if current is None or current[2] or current[1].id != event_id:
-                continue  # re-armed by a newer event since, fired already, or forgotten
+                continue  # re-armed by a newer event since, fired already, disarmed, or forgotten
             rule, event, _fired = current
             due.append((scope, rule, event, now - event.timestamp))
             self._last_seen[(scope, key)] = (rule, event, True)
@@ -122,7 +173,7 @@ class Windows:
             visit.add((scope, key))
         for scope, key in visit:
             horizon = watermark - self._horizon.get(scope, 0.0)
-            for store in (self._recent, self._counts):
+            for store in (self._recent, self._counts, self._expected):
                 value = store.get((scope, key))
                 if value is None:
                     continue
@@ -137,12 +188,17 @@ class Windows:
 
     def forget(self, scopes: set[str]) -> None:
         """Drop the state of rules that are no longer loaded."""
-        for store in (self._recent, self._counts, self._last_seen):
+        for store in (self._recent, self._counts, self._last_seen, self._armed, self._expected):
             for (scope, key) in list(store):
                 if scope in scopes:
                     del store[(scope, key)]
         self._expiries = [entry for entry in self._expiries if entry[2] not in scopes]
         heapq.heapify(self._expiries)
+
+
+def _answers(expected: Event, arming: Event, for_s: float) -> bool:
+    """Whether an expected event disarms an arming: another event of its key, at or after it, within `for_s`."""
+    return expected.id != arming.id and arming.timestamp <= expected.timestamp <= arming.timestamp + for_s
 
 
 def _complete(when: Correlation, by_alias: Mapping[str, deque[Event]], alias: str,

@@ -81,14 +81,15 @@ def test_probes_use_only_events_errors_and_config_of_the_engine():
     assert _offences(("probes",), bad) == []
 
 
-# The runtime, and the test that proves the engine's sharp edges the runtime relies on (as in pyproject's ruff).
-DURABLE_IMPORTERS = ("engine/runtime.py:", "tests/engine/test_durable_edges.py:")
+# The matcher, and the test that proves the engine's sharp edges the matcher relies on (as in pyproject's ruff).
+DURABLE_IMPORTERS = ("engine/matcher.py:", "tests/engine/test_durable_edges.py:")
+DURABLE_MODULES = re.compile(r"(durable|durable_rules_engine)(\.|$)")
 
 
-def test_only_the_runtime_imports_durable_rules():
-    offences = _offences(tuple(PACKAGES) + ("tests",), re.compile(r"durable(\.|$)"))
+def test_only_the_matcher_imports_durable_rules():
+    offences = _offences(tuple(PACKAGES) + ("tests",), DURABLE_MODULES)
     assert [o for o in offences if not o.startswith(DURABLE_IMPORTERS)] == []
-    assert _offences(("engine",), re.compile(r"durable(\.|$)")), "engine/runtime.py no longer imports durable"
+    assert _offences(("engine",), DURABLE_MODULES), "engine/matcher.py no longer imports durable_rules"
 
 
 def test_no_bare_folder_imports():

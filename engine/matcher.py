@@ -1,0 +1,124 @@
+"""durable_rules' C matcher, driven directly: the only module that imports durable_rules.
+
+durable_rules' Python `Host` wraps each call in glue that costs more than the matching itself (research:
+the C matcher is ~15 % of a matched post): two or three `json.dumps` per assert and retract, a state
+document parsed and written back around every action, a `Closure` per action, and an exception that
+serializes the fact again for every fact no rule takes. gpuslo's actions only note which rule fired and never
+touch the state, so this module makes the same C calls in the same order (assert, start action, complete and
+start the next, retract) without that glue, with one JSON text per fact used for both assert and retract.
+bench/engine.py measures it against durable_rules' own Python API (part (a)) and against the bare C calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import durable_rules_engine as core
+import orjson
+
+from gpuslo.engine.errors import EngineError
+
+# Result codes of the C core's assert and retract calls (durable_rules' engine.py, `_handle_result`).
+_NOT_HANDLED = 1  # no rule pattern takes the fact: the core keeps nothing of it
+_OBSERVED = 2  # a pending fact has the same 32-bit id hash
+_DEFERRED = 3  # queued without a state; durable's Host then drains state 0
+# Ruleset names must be unique in the process: the C core crashed when two hosts registered the same name
+# (seen in tests/engine/test_windows.py). Read-only use: it only hands out numbers.
+_SERIAL = itertools.count()
+
+
+class IdCollision(EngineError):
+    """The core already holds a pending fact whose id hashes like this one's; re-key and assert again."""
+
+
+@dataclass(frozen=True)
+class Ruleset:
+    """A compiled ruleset registered in the C core: its handle and the action each engine rule runs."""
+
+    name: str
+    handle: int
+    actions: Mapping[str, str]  # engine rule name → action name
+
+
+def unique_name(prefix: str) -> str:
+    """A ruleset name no other ruleset of this process has."""
+    return f"{prefix}#{next(_SERIAL)}"
+
+
+def register(name: str, definition: Mapping[str, Mapping[str, Any]]) -> Ruleset:
+    """Create the ruleset in the C core; `definition` is durable_rules JSON whose rules name their action
+    in `run`, as durable_rules' Host expects."""
+    actions = {rule: str(body["run"]) for rule, body in definition.items()}
+    stripped = {rule: {key: value for key, value in body.items() if key != "run"} for rule, body in definition.items()}
+    try:
+        handle = core.create_ruleset(name, orjson.dumps(stripped).decode())
+    except core.error as exc:
+        raise EngineError(f"ruleset {name!r}: the engine refused the compiled ruleset: {exc}") from exc
+    return Ruleset(name, handle, MappingProxyType(actions))
+
+
+def encode(fact: Mapping[str, Any]) -> str:
+    """The JSON text of a fact, as the C core reads it."""
+    return orjson.dumps(fact).decode()
+
+
+def assert_fact(ruleset: Ruleset, fact: str) -> list[str] | None:
+    """Assert a fact (JSON text); the actions it fired, in the core's order, or None when no rule took it.
+
+    Raises IdCollision when the core holds a pending fact with a colliding id.
+    """
+    try:
+        code, state = core.assert_fact(ruleset.handle, fact)
+    except core.error as exc:
+        raise EngineError(f"ruleset {ruleset.name!r}: the engine could not assert a fact: {exc}") from exc
+    if code == _NOT_HANDLED:
+        return None
+    if code == _OBSERVED:
+        raise IdCollision(f"ruleset {ruleset.name!r}: a pending fact has the same id hash")
+    return _run_actions(ruleset, 0 if code == _DEFERRED else state)
+
+
+def retract_fact(ruleset: Ruleset, fact: str) -> list[str]:
+    """Retract a fact asserted before (the same JSON text); the actions that fired, if any."""
+    try:
+        code, state = core.retract_fact(ruleset.handle, fact)
+    except core.error as exc:
+        raise EngineError(f"ruleset {ruleset.name!r}: the engine could not retract a fact: {exc}") from exc
+    if code in (_NOT_HANDLED, _OBSERVED):
+        return []
+    return _run_actions(ruleset, 0 if code == _DEFERRED else state)
+
+
+def _run_actions(ruleset: Ruleset, state: int) -> list[str]:
+    """Take every action the core queued for the state, in order, completing each before the next."""
+    fired: list[str] = []
+    try:
+        started = core.start_action_for_state(ruleset.handle, state)
+        message = started[1] if started else None
+        while message is not None:
+            try:
+                fired.append(_action_of(ruleset, message))
+            except EngineError:
+                core.abandon_action(ruleset.handle, state)  # as durable's Host does when an action fails
+                raise
+            message = core.complete_and_start_action(ruleset.handle, state)
+    except core.error as exc:
+        raise EngineError(f"ruleset {ruleset.name!r}: the engine failed while running actions: {exc}") from exc
+    return fired
+
+
+def _action_of(ruleset: Ruleset, message: str) -> str:
+    """The action of a queued message `{"<engine rule>": {...}}`; rule names are ours and need no escapes."""
+    end = message.find('"', 2)
+    action = ruleset.actions.get(message[2:end]) if message.startswith('{"') and end > 2 else None
+    if action is None:  # not the shape above: read it the slow way before giving up
+        parsed = orjson.loads(message)
+        rule = next(iter(parsed), None) if isinstance(parsed, dict) else None
+        action = ruleset.actions.get(rule) if isinstance(rule, str) else None
+        if action is None:
+            raise EngineError(f"ruleset {ruleset.name!r}: the engine ran an unknown rule: {message[:200]}")
+    return action
