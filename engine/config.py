@@ -35,6 +35,7 @@ class Settings:
     auth_proxy_header: str = ""
     auth_proxy_role_header: str = ""
     auth_proxy_default_role: str = "viewer"
+    trusted_proxies: str = ""  # addresses/CIDRs of reverse proxies whose X-Forwarded-For/-Proto are believed
     secret_key_file: Path = Path("var/secret_key")
     session_cookie_secure: bool = False
     session_hours: float = 12.0

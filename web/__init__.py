@@ -31,6 +31,7 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
     register_blueprints(app)
     register_error_handlers(app)
     register_security_headers(app)
+    configure_proxies(app, settings)
     return app
 
 
@@ -38,6 +39,15 @@ def configure_app(app: Flask, settings: Settings) -> None:
     # Werkzeug enforces this on Content-Length and on streamed (chunked) bodies alike.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the documented field order
+
+
+def configure_proxies(app: Flask, settings: Settings) -> None:
+    """Behind trusted reverse proxies, the client's address and scheme come from their forwarding headers."""
+    from gpuslo.web.proxies import TrustedProxies, trusted_networks
+
+    networks = trusted_networks(settings.trusted_proxies)
+    if networks:
+        app.wsgi_app = TrustedProxies(app.wsgi_app, networks)  # type: ignore[method-assign]
 
 
 def configure_logging(app: Flask) -> None:

@@ -133,6 +133,8 @@ def _from_session() -> Principal | None:
 
 
 def _from_proxy(settings: Settings) -> Principal | None:
+    if settings.trusted_proxies and "gpuslo.proxy_addr" not in request.environ:
+        return None  # proxies are listed and this peer is none of them: its user header is the client's own
     name = (request.headers.get(settings.auth_proxy_header) or "").strip()[:200]
     if not name:
         return None
