@@ -27,13 +27,13 @@ from gpuslo.probes.tokens import ActiveProbeConfig, ActiveTokenProbe
               help="Index of the GPU serving the endpoint, put in events so rules can join them with GPU events.")
 def tokens_command(url: str, model: str, api: str | None, max_tokens: int, stall_ms: float, timeout_s: float,
                    count: int, interval: float, host: str | None, gpu: int | None) -> None:
-    """Send streaming requests to URL and print token_latency / token_stall events as JSON lines."""
+    """Send streaming requests to URL and print token_request / token_latency / token_stall events as JSON lines."""
     config = ActiveProbeConfig(url=url, model=model, api=api, max_tokens=max_tokens,
                                stall_threshold_ms=stall_ms, timeout_s=timeout_s, gpu=gpu)
     with ActiveTokenProbe(config, host=host) as probe:
         for index in range(count):
             if index:
                 time.sleep(interval)
-            for event in probe.run_once():
-                # Flushed per line: a pipe reader (replay, a shipper) sees each request's events as it ends.
-                click.echo(json.dumps(event.to_dict(), sort_keys=True))
+            # Each event is printed as it is made (a request's start while it is in flight), flushed per line,
+            # so a pipe reader (replay, a shipper) sees a request that hangs while it hangs.
+            probe.run_once(sink=lambda event: click.echo(json.dumps(event.to_dict(), sort_keys=True)))

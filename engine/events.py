@@ -50,6 +50,9 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "token_stall": MappingProxyType({
         "gap_ms": "number", "token_index": "int", "request_id": "string", "endpoint": "string",
         "model": "string"}),
+    "token_request": MappingProxyType({
+        "request_id": "string", "phase": "string", "endpoint": "string", "model": "string", "ttft_ms": "number",
+        "tokens": "int", "error": "string"}),
     "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
@@ -59,12 +62,14 @@ KINDS: tuple[str, ...] = tuple(KIND_ATTRS)
 _REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "mem_fragmentation": ("fragmentation_ratio",),
     "token_stall": ("gap_ms",),
+    "token_request": ("request_id", "phase"),
     "gpu_xid": ("xid",),
     "probe_status": ("probe", "state"),
 })
 _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("mem_fragmentation", "scope"): ("allocator", "device"),
     ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
+    ("token_request", "phase"): ("start", "first_token", "done", "error"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}

@@ -36,7 +36,7 @@ from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Ma
 log = logging.getLogger(__name__)
 _SYMBOL = {"==": "=", "!=": "≠"}
 _KEY_ATTRS = ("requested_bytes", "free_bytes", "fragmentation_ratio", "gap_ms", "itl_p99_ms", "ttft_ms",
-              "xid", "op", "seq", "error_name", "api", "state")
+              "xid", "op", "seq", "error_name", "api", "state", "phase", "request_id")
 
 
 def _holds(op: str, observed: Any, expected: Any) -> bool:
@@ -235,16 +235,32 @@ def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], ren
     )
 
 
+def _listing(names: tuple[str, ...]) -> str:
+    """`host`, `host and gpu`, `host, gpu and pid`."""
+    return names[-1] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _absence_conditions(when: Absence, last: Event, silence_s: float) -> list[ConditionResult]:
+    """What was expected, for how long, and the silence observed; with the arming event's own conditions."""
+    pattern = when.pattern
+    expected = pattern.kind + (f" where {pattern.condition_text}" if pattern.condition_text else "")
+    at = format_time(last.time)[11:23]
+    if when.after is None:
+        text = f"no {expected} for {silence_s:.0f}s > {when.for_s:g}s (last at {at})"
+        return [ConditionResult(text, "time", round(silence_s, 3), True)]
+    same = f" with the same {_listing(when.same)}" if when.same else ""
+    text = f"no {expected}{same} within {when.for_s:g}s of the {last.kind} at {at} (none for {silence_s:.1f}s)"
+    return [*explain_conditions(when.after, last, {when.after.alias: last}),
+            ConditionResult(text, "time", round(silence_s, 3), True)]
+
+
 def build_absence_match(rulebook: Rulebook, rule: Rule, last: Event, silence_s: float, now: float,
                         renderer: SummaryRenderer) -> Match:
-    """The Match of an absence rule: the last expected event as evidence and the silence as its condition."""
+    """The Match of an absence rule: the last expected event (a heartbeat) or the arming event as evidence, and
+    the silence as its condition."""
     assert isinstance(rule.when, Absence)
     group = group_of(rule, [last])
-    expected = rule.when.pattern.kind + (f" where {rule.when.pattern.condition_text}"
-                                         if rule.when.pattern.condition_text else "")
-    condition = ConditionResult(
-        f"no {expected} for {silence_s:.0f}s > {rule.when.for_s:g}s (last at {format_time(last.time)[11:23]})",
-        "time", round(silence_s, 3), True)
+    conditions = _absence_conditions(rule.when, last, silence_s)
     slo = rulebook.slos.get(rule.slo)
     seen = datetime.fromtimestamp(now, UTC)
     return Match(
@@ -252,7 +268,7 @@ def build_absence_match(rulebook: Rulebook, rule: Rule, last: Event, silence_s: 
         rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
         severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
         summary=renderer.render(rule, last, group), remediation=rule.remediation, runbook=rule.runbook,
-        explanation=Explanation((condition,), (last,), causal_chain([last])), seen_at=seen, labels=rule.labels,
+        explanation=Explanation(tuple(conditions), (last,), causal_chain([last])), seen_at=seen, labels=rule.labels,
         **lifecycle_fields(rule))
 
 

@@ -213,7 +213,7 @@ class RuleEvaluator:
         if isinstance(when, SingleEvent):
             return build_match(unit.rulebook, rule, {"m": event}, self._renderer)
         if isinstance(when, Absence):
-            self._windows.seen(scope, rule, event)
+            self._windows.absence_event(scope, rule, action.alias, event)
             return None
         if isinstance(when, Count):
             counted = self._windows.count(scope, rule, event)

@@ -9,6 +9,7 @@ from typing import Any
 from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
 from gpuslo.engine.rulebook.model import (
+    ARM_ALIAS,
     CLEAR_ALIAS,
     Absence,
     Correlation,
@@ -65,7 +66,8 @@ class _Builder:
             )
         if "absent" in when:
             pattern = self.pattern(path, {**when, "event": when["absent"]}, "m", {})
-            return Absence(pattern, same, parse_duration(when["for"]))
+            after = self.pattern((*path, "after"), when["after"], ARM_ALIAS, {}) if "after" in when else None
+            return Absence(pattern, same, parse_duration(when["for"]), after)
         pattern = self.pattern(path, when, "m", {})
         if "count" in when:
             return Count(pattern, int(when["count"]), same, parse_duration(when["within"]))

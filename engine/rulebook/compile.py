@@ -156,21 +156,28 @@ class _Compiler:
         """
         for key in (*rule.group_by, *getattr(rule.when, "same", ())):
             self.keys.add(fact_key(key))
-        patterns = rule.when.patterns if isinstance(rule.when, Correlation) else (rule.when.pattern,)
-        if rule.lifecycle.resolve_when is not None:  # the clearing pattern: the runtime turns it into a Clear
-            patterns = (*patterns, rule.lifecycle.resolve_when)
         out = {}
-        for pattern in patterns:
+        for pattern in rule_patterns(rule):
             action = f"{self.name}|{rule.id}|{pattern.alias}"
             self.actions[action] = RuleAction(rule, pattern.alias)
             out[f"r_{rule.id}__{pattern.alias}"] = {"all": [self.pattern(pattern, [])], "run": action}
         return out
 
 
+def rule_patterns(rule: Rule) -> tuple[EventPattern, ...]:
+    """Every event pattern of a rule, each an engine rule of its own: the trigger's patterns, an absence's
+    arming pattern (ARM_ALIAS) and the clearing pattern (CLEAR_ALIAS), which the runtime turns into a Clear."""
+    when = rule.when
+    patterns = when.patterns if isinstance(when, Correlation) else (when.pattern,)
+    if isinstance(when, Absence) and when.after is not None:
+        patterns = (*patterns, when.after)
+    if rule.lifecycle.resolve_when is not None:
+        patterns = (*patterns, rule.lifecycle.resolve_when)
+    return patterns
+
+
 def _kinds(rule: Rule) -> set[str]:
-    when, clear = rule.when, rule.lifecycle.resolve_when
-    kinds = {p.kind for p in when.patterns} if isinstance(when, Correlation) else {when.pattern.kind}
-    return kinds | ({clear.kind} if clear is not None else set())
+    return {pattern.kind for pattern in rule_patterns(rule)}
 
 
 def _window(rule: Rule) -> float:

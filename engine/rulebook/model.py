@@ -127,11 +127,17 @@ class Count:
 
 @dataclass(frozen=True)
 class Absence:
-    """Fires once per `same` key when no event matching the pattern arrived for `for_s` after the last one."""
+    """Fires once per `same` key when no event matching `pattern` arrives for `for_s`.
+
+    Without `after` (a heartbeat) the silence counts from the last matching event. With `after` (an expectation)
+    each event matching `after` arms its key, a matching event of the key at or after it (within `for_s`)
+    disarms it, and an arming left undisarmed fires once.
+    """
 
     pattern: EventPattern
     same: tuple[str, ...]
     for_s: float
+    after: EventPattern | None = None  # the arming pattern (alias ARM_ALIAS), None for a heartbeat
 
 
 Trigger = SingleEvent | Correlation | Count | Absence
@@ -148,6 +154,7 @@ class Slo:
 
 
 CLEAR_ALIAS = "resolve"  # the alias of a rule's clearing pattern; no correlation pattern may take it
+ARM_ALIAS = "after"  # the alias of an absence's arming pattern
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuslo.engine.errors import GpusloError, Location, RulebookError, RulebookProblem
 from gpuslo.engine.rulebook import load_rulebook
-from gpuslo.engine.rulebook.model import Correlation, Rulebook, Trigger
+from gpuslo.engine.rulebook.model import Absence, Correlation, Rulebook, Trigger
 from gpuslo.engine.rulebook.testfile import (
     BASE_TIME,
     TEST_SUFFIX,
@@ -235,4 +235,6 @@ def coverage(rulebook: Rulebook, tests: RuleTestFile) -> Coverage:
 def _kinds(when: Trigger) -> set[str]:
     if isinstance(when, Correlation):
         return {p.kind for p in when.patterns}
+    if isinstance(when, Absence) and when.after is not None:
+        return {when.pattern.kind, when.after.kind}
     return {when.pattern.kind}

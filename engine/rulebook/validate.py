@@ -35,6 +35,7 @@ _JSON_TYPE_WORDS = {
     "object": "a mapping",
     "array": "a list",
 }
+_ARMING = "after: {event: KIND, if: CONDITION}"  # the form of an absence's arming event
 _REQUIRES = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*")
 
 
@@ -84,7 +85,7 @@ def _schema_problem(doc: Document, error: jsonschema.ValidationError) -> Iterato
     where = doc.at(path)
     if kind == "required":
         missing = error.message.split("'")[1]
-        yield RulebookProblem(where, f"missing required field '{missing}'", rule)
+        yield RulebookProblem(where, f"missing required field '{missing}'", rule, _ARMING if label == "after" else None)
     elif kind == "enum":
         yield RulebookProblem(
             where, f"{label} {instance!r} must be one of {', '.join(value)}", rule, _hint(instance, value)
@@ -93,6 +94,8 @@ def _schema_problem(doc: Document, error: jsonschema.ValidationError) -> Iterato
         types = [value] if isinstance(value, str) else value
         words = " or ".join(_JSON_TYPE_WORDS.get(t, t) for t in types)
         hint = "quote it" if "string" in types and isinstance(instance, int | float) else None
+        if label == "after" and "object" in types:  # `when.after` names an event; resolve's `after` is a duration
+            hint = f"{_ARMING} names the arming event; the time it allows is 'for'"
         yield RulebookProblem(where, f"'{label}' must be {words}, got {instance!r}", rule, hint)
     elif kind == "pattern" and value.startswith("^[a-z0-9]"):
         where = doc.at((*path, instance), key=True) if (*path, instance) in doc.key_marks else where
@@ -243,7 +246,7 @@ _FORM_KEYS = {
     "single": ({"event"}, {"event", "if"}),
     "correlation": ({"all", "same", "within"}, {"all", "same", "within", "ordered"}),
     "count": ({"count", "event", "within"}, {"count", "event", "if", "same", "within"}),
-    "absence": ({"absent", "for"}, {"absent", "if", "same", "for"}),
+    "absence": ({"absent", "for"}, {"absent", "if", "same", "for", "after"}),
 }
 _FORM_NAMES = {"single": "a single-event trigger", "correlation": "a correlation (all:)", "count": "a count",
                "absence": "an absence (absent:)"}
@@ -270,7 +273,7 @@ def _when_problems(
                 doc.at((*path, key), key=True), f"'{key}' does not apply to {_FORM_NAMES[form]}", rule
             )
     for key in sorted(required - set(when)):
-        yield RulebookProblem(doc.at(path), f"{_FORM_NAMES[form]} needs '{key}'", rule)
+        yield RulebookProblem(doc.at(path), f"{_FORM_NAMES[form]} needs '{key}'", rule, _required_hint(form, key, when))
     kinds: list[str] = []
     if form == "correlation":
         yield from _pattern_problems(ctx, (*path, "all"), when.get("all"), rule, kinds)
@@ -280,10 +283,35 @@ def _when_problems(
         if when.get(kind_key) in KINDS:
             kinds.append(when[kind_key])
             yield from ctx.condition((*path, "if"), when.get("if"), when[kind_key], {}, rule)
+    group_kinds = kinds
+    if form == "absence" and isinstance(when.get("after"), dict):
+        armed: list[str] = []
+        yield from _arming_problems(ctx, (*path, "after"), when["after"], rule, armed)
+        # `same` joins both events; the group comes from the arming event, the violation's evidence
+        kinds, group_kinds = kinds + armed, armed
     yield from _field_problems(doc, (*path, "same"), when.get("same"), kinds, rule)
-    yield from _field_problems(doc, (*path[:-1], "group_by"), group_by, kinds, rule)
+    yield from _field_problems(doc, (*path[:-1], "group_by"), group_by, group_kinds, rule)
     yield from _duration_problem(doc, (*path, "within"), when.get("within"), rule, MAX_WITHIN_S)
     yield from _duration_problem(doc, (*path, "for"), when.get("for"), rule, MAX_WITHIN_S)
+
+
+def _required_hint(form: str, key: str, when: dict[str, Any]) -> str | None:
+    if (form, key) != ("absence", "for"):
+        return None
+    if "after" in when:
+        return "e.g. 'for: 10s': how long after the 'after' event the absent event may take"
+    return "e.g. 'for: 2m': the silence since the last matching event that fires the rule"
+
+
+def _arming_problems(
+    ctx: _Context, path: Path_, arming: dict[str, Any], rule: str | None, kinds: list[str]
+) -> Iterator[RulebookProblem]:
+    """An absence's `after`: the arming event's kind and condition."""
+    kind = arming.get("event")
+    yield from _kind_problem(ctx.doc, (*path, "event"), kind, rule)
+    if isinstance(kind, str) and kind in KINDS:
+        kinds.append(kind)
+        yield from ctx.condition((*path, "if"), arming.get("if"), kind, {}, rule)
 
 
 def _pattern_problems(

@@ -13,7 +13,7 @@ import httpx
 
 from gpuslo.engine.errors import ConfigError
 from gpuslo.engine.events import Event
-from gpuslo.probes.tokens.measure import DEFAULT_STALL_MS, EventContext, request_events, summarize
+from gpuslo.probes.tokens.measure import DEFAULT_STALL_MS, EventContext, RequestTracker, request_events, summarize
 from gpuslo.probes.tokens.sse import Api, StreamRequest, resolve_endpoint, stream_completion
 
 if TYPE_CHECKING:
@@ -60,25 +60,37 @@ class ActiveTokenProbe:
         self._client = client or httpx.Client(trust_env=False)
         self._owns_client = client is None
 
-    def run_once(self) -> list[Event]:
-        """Send one streaming request: a `token_latency` event, then one `token_stall` per stall."""
+    def run_once(self, sink: Sink | None = None) -> list[Event]:
+        """Send one streaming request; return its events in the order they were made: `token_request` start and
+        first_token (while it is in flight), then `token_latency`, one `token_stall` per stall, and
+        `token_request` done or error. `sink` gets each event the moment it is made (keep it quick: it runs
+        between reads of the stream), so a request that hangs is seen while it hangs."""
+        events: list[Event] = []
+
+        def emit(event: Event) -> None:
+            events.append(event)
+            if sink is not None:
+                sink(event)
+
         request = StreamRequest(url=self.url, api=self.api, model=self.config.model,
                                 prompt=self.config.prompt, max_tokens=self.config.max_tokens,
                                 timeout_s=self.config.timeout_s, request_id=f"gpuslo-{uuid.uuid4().hex}",
                                 headers=self.config.headers)
-        result = stream_completion(self._client, request)
+        tracker = RequestTracker(self.context, request.request_id, emit)
+        result = stream_completion(self._client, request, tracker)
         summary = summarize(result.start_ns, result.token_ns, self.config.stall_threshold_ms)
-        return request_events(self.context, summary, request_id=result.request_id,
-                              start_ns=result.start_ns, start_wall_ns=result.start_wall_ns,
-                              error=result.error)
+        for event in request_events(self.context, summary, request_id=result.request_id, start_ns=result.start_ns,
+                                    start_wall_ns=result.start_wall_ns, error=result.error):
+            emit(event)
+        tracker.finished(result.start_wall_ns + result.end_ns - result.start_ns, summary, result.error)
+        return events
 
     def schedule(self, scheduler: BaseScheduler, interval_s: float, sink: Sink) -> Job:
         """Run every `interval_s` seconds on the scheduler, handing each event to `sink`.
 
         Runs never overlap: a slow endpoint delays the next probe instead of piling requests on it."""
         def job() -> None:
-            for event in self.run_once():
-                sink(event)
+            self.run_once(sink)
 
         return scheduler.add_job(job, "interval", seconds=interval_s, id=f"tokens:{self.url}",
                                  name=f"token probe {self.url}", max_instances=1, coalesce=True,

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from gpuslo.engine.events import Event
-from gpuslo.probes.tokens.measure import DEFAULT_STALL_MS, EventContext, request_events, summarize
+from gpuslo.probes.tokens.measure import DEFAULT_STALL_MS, EventContext, RequestTracker, request_events, summarize
 
 T = TypeVar("T")
 
@@ -19,7 +19,9 @@ def measure_stream(iterator: Iterable[T], *, sink: Callable[[Event], None], endp
                    host: str | None = None, stall_threshold_ms: float = DEFAULT_STALL_MS,
                    request_id: str | None = None, is_token: Callable[[T], bool] | None = None,
                    labels: Mapping[str, str] | None = None, gpu: int | None = None) -> Iterator[T]:
-    """Yield every item of `iterator` unchanged; when it ends, raises or is closed, hand its events to `sink`.
+    """Yield every item of `iterator` unchanged and hand the request's events to `sink`: `token_request` start
+    now, first_token when the first token comes (keep `sink` quick: it runs in the token loop), and when the
+    stream ends, raises or is closed, `token_latency`, the `token_stall`s and `token_request` done or error.
 
     The clock starts now (the call), so TTFT includes the wait for the first item. Items for which
     `is_token` says False (e.g. empty keep-alive chunks) pass through without counting as tokens.
@@ -28,19 +30,25 @@ def measure_stream(iterator: Iterable[T], *, sink: Callable[[Event], None], endp
     """
     ctx = EventContext(host=host or socket.gethostname(), endpoint=endpoint, model=model,
                        labels=MappingProxyType(dict(labels or {})), gpu=gpu)
-    return _measured(iter(iterator), sink, ctx, stall_threshold_ms, request_id or f"inproc-{uuid.uuid4().hex}",
-                     is_token, time.time_ns(), time.monotonic_ns())
+    request_id = request_id or f"inproc-{uuid.uuid4().hex}"
+    tracker = RequestTracker(ctx, request_id, sink)
+    start_wall_ns = time.time_ns()
+    tracker.sending(start_wall_ns)
+    return _measured(iter(iterator), sink, ctx, stall_threshold_ms, request_id, is_token, tracker,
+                     start_wall_ns, time.monotonic_ns())
 
 
 def _measured(source: Iterator[T], sink: Callable[[Event], None], ctx: EventContext, stall_ms: float,
-              request_id: str, is_token: Callable[[T], bool] | None, start_wall_ns: int,
-              start_ns: int) -> Iterator[T]:
+              request_id: str, is_token: Callable[[T], bool] | None, tracker: RequestTracker,
+              start_wall_ns: int, start_ns: int) -> Iterator[T]:
     token_ns: list[int] = []
     error: str | None = None
     try:
         for item in source:
             if is_token is None or is_token(item):
                 token_ns.append(time.monotonic_ns())
+                if len(token_ns) == 1:
+                    tracker.first_token(start_wall_ns + token_ns[0] - start_ns, token_ns[0] - start_ns)
             yield item
     except GeneratorExit:
         error = f"stream closed by consumer after {len(token_ns)} tokens"
@@ -49,7 +57,9 @@ def _measured(source: Iterator[T], sink: Callable[[Event], None], ctx: EventCont
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        end_ns = time.monotonic_ns()
         summary = summarize(start_ns, token_ns, stall_ms)
         for event in request_events(ctx, summary, request_id=request_id, start_ns=start_ns,
                                     start_wall_ns=start_wall_ns, error=error):
             sink(event)
+        tracker.finished(start_wall_ns + end_ns - start_ns, summary, error)

@@ -1,10 +1,11 @@
-"""Pure measurement: token arrival times → TTFT, inter-token quantiles and stalls → events."""
+"""Measurement: token arrival times → TTFT, inter-token quantiles and stalls → events; a request's progress →
+token_request events."""
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -121,6 +122,31 @@ def request_events(ctx: EventContext, summary: StreamSummary, *, request_id: str
             "gap_ms": stall.gap_ms, "token_index": stall.token_index, "request_id": request_id,
             "endpoint": ctx.endpoint, "model": ctx.model}))
     return events
+
+
+class RequestTracker:
+    """One request's `token_request` events, each handed to `sink` as it happens: `start` when the request is
+    sent, `first_token` when its first token arrives, `done` or `error` when it ends. Rules see a request that
+    hangs while it still hangs (rules/latency.yaml: first-token-missing)."""
+
+    def __init__(self, ctx: EventContext, request_id: str, sink: Callable[[Event], None]) -> None:
+        self._ctx, self._request_id, self._sink = ctx, request_id, sink
+
+    def sending(self, wall_ns: int) -> None:
+        self._emit("start", wall_ns)
+
+    def first_token(self, wall_ns: int, ttft_ns: int) -> None:
+        self._emit("first_token", wall_ns, ttft_ms=_ms(ttft_ns))
+
+    def finished(self, wall_ns: int, summary: StreamSummary, error: str | None) -> None:
+        """The request ended at `wall_ns`, with an error or not."""
+        self._emit("error" if error else "done", wall_ns, ttft_ms=summary.ttft_ms, tokens=summary.tokens,
+                   error=error[:_ERROR_MAX] if error else None)
+
+    def _emit(self, phase: str, wall_ns: int, **attrs: Any) -> None:
+        ctx = self._ctx
+        self._sink(_event(ctx, "token_request", wall_time(wall_ns), {
+            "request_id": self._request_id, "phase": phase, "endpoint": ctx.endpoint, "model": ctx.model, **attrs}))
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ import codecs
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -142,7 +142,8 @@ class StreamRequest:
 
 @dataclass(frozen=True)
 class StreamResult:
-    """Monotonic arrival time of every token chunk, and why the stream ended when it did not end well."""
+    """Monotonic arrival time of every token chunk and of the end, and why the stream ended when it did not end
+    well."""
 
     request_id: str
     start_ns: int
@@ -151,6 +152,17 @@ class StreamResult:
     done: bool
     status: int | None
     error: str | None
+    end_ns: int
+
+
+class StreamObserver(Protocol):
+    """Told of a request's progress while it is in flight (wall times in nanoseconds since the epoch)."""
+
+    def sending(self, wall_ns: int) -> None:
+        """The request is about to be sent."""
+
+    def first_token(self, wall_ns: int, ttft_ns: int) -> None:
+        """The first token arrived, `ttft_ns` after the request was sent."""
 
 
 def resolve_endpoint(url: str, api: Api | None) -> tuple[str, Api]:
@@ -165,7 +177,7 @@ def resolve_endpoint(url: str, api: Api | None) -> tuple[str, Api]:
 
 
 def _read(response: httpx.Response, request: StreamRequest, deadline_ns: int,
-          token_ns: list[int]) -> bool:
+          token_ns: list[int], on_first: Callable[[int], None]) -> bool:
     """Consume the event stream; True when it ended with [DONE]. Raises SseError or httpx errors."""
     decoder = SseDecoder()
     for raw in response.iter_bytes():
@@ -176,20 +188,32 @@ def _read(response: httpx.Response, request: StreamRequest, deadline_ns: int,
                 return True
             if chunk.has_token:
                 token_ns.append(arrived)
+                if len(token_ns) == 1:
+                    on_first(arrived)
         if arrived > deadline_ns:
             raise httpx.ReadTimeout("overall deadline passed")
     return False
 
 
-def stream_completion(client: httpx.Client, request: StreamRequest) -> StreamResult:
-    """Send the request and time every token chunk; failures end up in `error`, never raised."""
+def stream_completion(client: httpx.Client, request: StreamRequest,
+                      observer: StreamObserver | None = None) -> StreamResult:
+    """Send the request and time every token chunk; failures end up in `error`, never raised. `observer` hears
+    of the sending and of the first token as they happen (it runs on this thread: keep it quick)."""
     token_ns: list[int] = []
     status: int | None = None
     done = False
     error: str | None = None
     headers = {"Accept": "text/event-stream", "X-Request-Id": request.request_id, **request.headers}
-    start_wall_ns, start_ns = time.time_ns(), time.monotonic_ns()
+    start_wall_ns = time.time_ns()
+    if observer is not None:
+        observer.sending(start_wall_ns)
+    start_ns = time.monotonic_ns()  # after the observer: its work is not the endpoint's time to first token
     deadline_ns = start_ns + int(request.timeout_s * 1e9)
+
+    def on_first(arrived_ns: int) -> None:
+        if observer is not None:
+            observer.first_token(start_wall_ns + arrived_ns - start_ns, arrived_ns - start_ns)
+
     try:
         with client.stream("POST", request.url, json=request.body(), headers=headers,
                            timeout=httpx.Timeout(request.timeout_s)) as response:
@@ -197,7 +221,7 @@ def stream_completion(client: httpx.Client, request: StreamRequest) -> StreamRes
             if status >= 400:
                 error = f"http {status}"
             else:
-                done = _read(response, request, deadline_ns, token_ns)
+                done = _read(response, request, deadline_ns, token_ns, on_first)
                 if not done:
                     error = "stream ended without [DONE]"
     except httpx.TimeoutException:
@@ -209,4 +233,5 @@ def stream_completion(client: httpx.Client, request: StreamRequest) -> StreamRes
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         error = f"{type(exc).__name__}: {exc}"
     return StreamResult(request_id=request.request_id, start_ns=start_ns, start_wall_ns=start_wall_ns,
-                        token_ns=tuple(token_ns), done=done, status=status, error=error)
+                        token_ns=tuple(token_ns), done=done, status=status, error=error,
+                        end_ns=time.monotonic_ns())

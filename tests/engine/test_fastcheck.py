@@ -34,6 +34,8 @@ def _valid_attrs(rng: random.Random, kind: str) -> dict[str, Any]:
         attrs["xid"] = rng.choice([48, 79, 94])
     elif kind == "probe_status":
         attrs.update(probe=rng.choice(["nvml", "ebpf"]), state=rng.choice(["up", "down", "degraded"]))
+    elif kind == "token_request":
+        attrs.update(request_id=f"req-{rng.randint(0, 99)}", phase=rng.choice(["start", "first_token", "error"]))
     return attrs
 
 

@@ -17,10 +17,23 @@ TOLERANCE_MS = 2.0
 
 
 def run(base: str, *, api: str = "chat", timeout_s: float = 5.0, stall_ms: float = 200.0) -> list[Event]:
+    """The token_latency and token_stall events of one request (its token_request events: `run_all`)."""
+    return measured(run_all(base, api=api, timeout_s=timeout_s, stall_ms=stall_ms))
+
+
+def run_all(base: str, *, api: str = "chat", timeout_s: float = 5.0, stall_ms: float = 200.0) -> list[Event]:
     config = ActiveProbeConfig(url=base, model="tiny", max_tokens=20, api=api,  # type: ignore[arg-type]
                                timeout_s=timeout_s, stall_threshold_ms=stall_ms)
     with ActiveTokenProbe(config, host="node-a") as probe:
         return probe.run_once()
+
+
+def measured(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.kind != "token_request"]
+
+
+def phases(events: list[Event]) -> list[str]:
+    return [e.attrs["phase"] for e in events if e.kind == "token_request"]
 
 
 # This machine is shared (2 cores, busy neighbours): the OS may park the client for a few ms now and then,
@@ -42,8 +55,9 @@ def stall_errors_ms(events: list[Event], served: Served) -> list[float]:
 def test_stalls_measured_within_2ms_of_the_injected_ones(stream_server, assert_valid, api):
     tries = []
     for _ in range(ATTEMPTS):
-        events = run(f"{stream_server.base_url}/stalls", api=api)
-        assert_valid(events)
+        every = run_all(f"{stream_server.base_url}/stalls", api=api)
+        assert_valid(every)
+        events = measured(every)
         latency, *stalls = events
         assert latency.kind == "token_latency" and latency.host == "node-a"
         assert [e.kind for e in stalls] == ["token_stall", "token_stall"]
@@ -67,6 +81,16 @@ def test_stalls_measured_within_2ms_of_the_injected_ones(stream_server, assert_v
     assert 250 < attrs["itl_p99_ms"] <= attrs["itl_max_ms"]
     assert STALL_SCRIPT[0] * 1000 <= attrs["ttft_ms"] < STALL_SCRIPT[0] * 1000 + 50
     assert attrs["endpoint"].endswith("/stalls" + ("/v1/chat/completions" if api == "chat" else "/v1/completions"))
+
+    start, first, *_measured, done = every
+    assert [e.kind for e in every] == ["token_request", "token_request", "token_latency", "token_stall",
+                                       "token_stall", "token_request"]
+    assert phases(every) == ["start", "first_token", "done"]
+    assert {e.attrs["request_id"] for e in (start, first, done)} == {served.request_id}
+    assert start.time == latency.time < first.time < stalls[0].time < done.time
+    assert first.attrs["ttft_ms"] == done.attrs["ttft_ms"] == attrs["ttft_ms"]
+    assert done.attrs["tokens"] == len(STALL_SCRIPT) and "error" not in done.attrs
+    assert all(e.attrs["endpoint"] == attrs["endpoint"] and e.attrs["model"] == "tiny" for e in (start, first, done))
 
 
 def test_threshold_decides_what_is_a_stall(stream_server, assert_valid):
@@ -98,29 +122,39 @@ def test_sse_split_into_three_byte_writes_with_crlf(stream_server, assert_valid)
     ("abort", "RemoteProtocolError", 3),
 ])
 def test_failures_become_error_events(stream_server, assert_valid, scenario, error, tokens):
-    events = run(f"{stream_server.base_url}/{scenario}")
-    assert_valid(events)
+    every = run_all(f"{stream_server.base_url}/{scenario}")
+    assert_valid(every)
+    events = measured(every)
     assert len(events) == 1
     assert error in events[0].attrs["error"]
     assert events[0].attrs["tokens"] == tokens and events[0].attrs["stalls"] == 0
     assert ("ttft_ms" in events[0].attrs) == (tokens > 0)
+    assert phases(every) == (["start", "first_token", "error"] if tokens else ["start", "error"])
+    end = every[-1]
+    assert end.attrs["error"] == events[0].attrs["error"] and end.attrs["tokens"] == tokens
+    assert end.time >= every[0].time
 
 
 def test_connection_refused_is_an_error_event(free_port_refusing, assert_valid):
-    events = run(f"http://127.0.0.1:{free_port_refusing}")
-    assert_valid(events)
+    every = run_all(f"http://127.0.0.1:{free_port_refusing}")
+    assert_valid(every)
+    events = measured(every)
     assert events[0].attrs["error"].startswith("connect failed:")
     assert events[0].attrs["tokens"] == 0
+    assert phases(every) == ["start", "error"] and every[-1].attrs["error"].startswith("connect failed:")
 
 
 def test_hang_beyond_timeout_is_an_error_event(stream_server, assert_valid):
     started = time.monotonic()
-    events = run(f"{stream_server.base_url}/hang", timeout_s=0.3)
+    every = run_all(f"{stream_server.base_url}/hang", timeout_s=0.3)
     elapsed = time.monotonic() - started
-    assert_valid(events)
+    assert_valid(every)
+    events = measured(every)
     assert events[0].attrs["error"] == "timeout after 0.3s"
     assert events[0].attrs["tokens"] == 2
     assert elapsed < 1.5
+    assert phases(every) == ["start", "first_token", "error"]
+    assert every[-1].attrs["error"] == "timeout after 0.3s" and every[-1].attrs["tokens"] == 2
 
 
 def test_bad_config_is_refused():
@@ -137,8 +171,27 @@ def test_events_carry_the_configured_gpu_or_none(stream_server, assert_valid):
     with ActiveTokenProbe(ActiveProbeConfig(url=base, model="tiny", max_tokens=20, gpu=5), host="h") as probe:
         events = probe.run_once()
     assert_valid(events)
-    assert [e.gpu for e in events] == [5, 5, 5]
-    assert all(e.gpu is None for e in run(base))
+    assert [e.gpu for e in events] == [5] * 6  # start, first token, latency, two stalls, done
+    assert all(e.gpu is None for e in run_all(base))
+
+
+def test_sink_gets_start_before_the_request_is_sent_and_first_token_while_it_streams(stream_server, assert_valid):
+    """What the server had seen of the request when each event reached the sink: none of it at start, and only
+    the first tokens (of 20, with stalls of 300 and 250 ms still to come) at first_token."""
+    seen_by_server: dict[str, int | None] = {}
+
+    def sink(event: Event) -> None:
+        if event.kind == "token_request":
+            served = [s for s in stream_server.served if s.request_id == event.attrs["request_id"]]
+            seen_by_server[event.attrs["phase"]] = len(served[0].sent_ns) if served else None
+
+    config = ActiveProbeConfig(url=f"{stream_server.base_url}/stalls", model="tiny", max_tokens=20)
+    with ActiveTokenProbe(config, host="node-a") as probe:
+        events = probe.run_once(sink)
+    assert_valid(events)
+    assert seen_by_server["start"] is None  # not even received: the start left before the request
+    assert seen_by_server["first_token"] is not None and seen_by_server["first_token"] < len(STALL_SCRIPT)
+    assert seen_by_server["done"] == len(STALL_SCRIPT)
 
 
 def test_schedule_runs_the_probe_and_feeds_the_sink(stream_server, assert_valid):
@@ -160,4 +213,5 @@ def test_schedule_runs_the_probe_and_feeds_the_sink(stream_server, assert_valid)
         finally:
             scheduler.shutdown(wait=True)  # before the probe closes its client under a running job
     assert_valid(received)
-    assert received[0].kind == "token_latency" and received[0].attrs["tokens"] == len(QUICK_SCRIPT)
+    assert [e.kind for e in received[:3]] == ["token_request", "token_request", "token_latency"]
+    assert received[2].attrs["tokens"] == len(QUICK_SCRIPT)

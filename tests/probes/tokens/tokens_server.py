@@ -142,6 +142,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._tokens(api, served, QUICK_SCRIPT[:2])
         self.server.stopping.wait(HANG_S)
 
+    def _scenario_silent(self, api: str, served: Served) -> None:
+        """Answers 200 and opens the stream, then sends no token at all (a request stuck before its prefill)."""
+        self._start_stream()
+        if api == "chat":
+            self._event(_chunk(api, "", role=True))
+        self.server.stopping.wait(HANG_S)
+
     def _scenario_cut(self, api: str, served: Served) -> None:
         self._start_stream()
         self._tokens(api, served, QUICK_SCRIPT)
