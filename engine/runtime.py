@@ -89,6 +89,7 @@ class RuleEvaluator:
         self._scopes: dict[str, Rulebook] = {}
         self._action_scopes: dict[str, str] = {}  # action → window scope, hashed once per load, not per firing
         self._watermark = 0.0
+        self._advanced_at = 0.0  # time.monotonic() when the watermark last moved forward
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
         self._renderer = SummaryRenderer()
@@ -167,7 +168,7 @@ class RuleEvaluator:
         matches: list[Match] = []
         with self._lock:
             self._clears = []
-            started = time.perf_counter()
+            started, watermark = time.perf_counter(), self._watermark
             for event in events:
                 timestamp = event.timestamp  # a datetime conversion: done once per event, not per use
                 if timestamp > self._watermark and self._windows.absence_due(timestamp):
@@ -176,14 +177,25 @@ class RuleEvaluator:
             matches += self._absences(self._watermark)
             self._expire()
             clears, self._clears = self._clears, []
+            if self._watermark > watermark:
+                self._advanced_at = time.monotonic()
             if events:
                 self._metrics.engine_batch_seconds.observe(time.perf_counter() - started)
         return EngineResult(tuple(events), tuple(matches), tuple(clears))
 
     def tick(self, now: float) -> list[Match]:
-        """Absence checks against a clock (the live service's wall clock); event time is used otherwise."""
+        """Absence checks at event time `now` (between batches; batches check at their own event times)."""
         with self._lock:
             return self._absences(max(now, self._watermark))
+
+    def stream_time(self, monotonic_now: float) -> float | None:
+        """The live stream's event time now: the newest event time plus the time elapsed since it arrived.
+
+        Not the wall clock: events that arrive late or in bulk (an agent shipping its spool after an outage,
+        a replay into a live server) would all look overdue against it. None before the first event.
+        """
+        with self._lock:
+            return self._watermark + (monotonic_now - self._advanced_at) if self._watermark else None
 
     def _absences(self, now: float) -> list[Match]:
         return [build_absence_match(self._scopes[scope], rule, last, silence, now, self._renderer)
@@ -358,7 +370,8 @@ class Runtime:
 
     def _check_absences(self) -> None:
         try:
-            matches = self.evaluator.tick(time.time())
+            now = self.evaluator.stream_time(time.monotonic())
+            matches = self.evaluator.tick(now) if now is not None else []
             if matches:
                 self._sink(EngineResult((), tuple(matches)))
         except Exception:
