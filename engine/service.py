@@ -221,7 +221,8 @@ class Gpuslo:
         # The output of stored events is evaluated again if a power loss drops it (it carries their
         # processed_at), so its commit need not wait for the disk; wall-clock absences alone are not re-derived.
         with self.database.session(rederivable=bool(result.events)) as session:
-            for view in batch.record_matches(session, result.matches, now=now):  # one query set per batch
+            # One statement set per batch; only the changes that notify someone come back as views.
+            for view in batch.record_matches(session, result.matches, now=now, notifying_only=True):
                 self._notify(session, view, now)
             for view in lifecycle.resolve_cleared(session, result.clears, now):  # after the batch's matches
                 audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",

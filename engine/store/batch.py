@@ -1,178 +1,268 @@
-"""The engine's write path: every match of one engine batch recorded with a few statements.
+"""The engine's write path: every match of one engine batch recorded with a few Core statements, no ORM rows.
 
-The result is what `repository.record_match` gives when called once per match in order (a test compares the
-two): the active violations of all (rule, group key) pairs are read in one SELECT (FOR UPDATE on PostgreSQL),
-matches fold in memory, and evidence and history rows go in as bulk INSERTs, changed rows as one executemany
-UPDATE. Pairs that may reopen a recently resolved violation (the flap path), and new violations that race a
-concurrent writer, take the per-match path instead, which decides those cases exactly.
+The result is what `repository.record_match` gives when called once per match in order (tests compare the
+two, evidence trimming included): one SELECT (FOR UPDATE on PostgreSQL) reads the columns a fold needs of the
+pairs' unresolved violations and finds the recently resolved ones; new violations go in with one INSERT
+RETURNING; matches fold in memory; evidence, history and the folded violations are written with one executemany
+each. A pair whose match may reopen a violation resolved within its flap window takes the per-match path, which
+decides that case exactly, and so do all new pairs when a concurrent writer opened one of them first.
+The statements are built once, so SQLAlchemy finds their compiled form by a memoized cache key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, tuple_
+from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
+from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store import repository
-from gpuslo.engine.store.lifecycle import fold_notification
-from gpuslo.engine.store.models import EVIDENCE_LIMIT, EvidenceRow, HistoryRow, ViolationRow
-from gpuslo.engine.store.rows import ENGINE_ACTOR, require_aware, store_operation, violation_view
+from gpuslo.engine.store.lifecycle import fold_notification_of
+from gpuslo.engine.store.models import (
+    EVIDENCE_KEEP_FIRST,
+    EVIDENCE_LIMIT,
+    EventRow,
+    EvidenceRow,
+    HistoryRow,
+    ViolationRow,
+)
+from gpuslo.engine.store.rows import columns_view, expire_violations, history_values, require_aware, store_operation
 from gpuslo.engine.store.views import ViolationView
 from gpuslo.engine.violations import Match
 
 Pair = tuple[str, str]
-_CHUNK = 250  # pairs per IN (...): two bound parameters each
+Columns = dict[str, Any]  # one violation's column values, keyed like ViolationView's fields
+_CHUNK = 250  # pairs or ids per IN (...)
+_KEEP_LATEST = EVIDENCE_LIMIT - EVIDENCE_KEEP_FIRST
+
+_V, _E = ViolationRow.__table__.c, EvidenceRow.__table__.c
+# What a fold reads; the other columns of a view (rule text, explanation, labels, place) come from the match.
+_READ = ("id", "rule_id", "group_key", "group", "status", "first_seen", "last_seen", "occurrences", "created_at",
+         "updated_at", "quiet_since", "last_notified_at", "acknowledged_at", "acknowledged_by", "resolved_at",
+         "resolved_by", "flaps", "flapping", "repeat_interval_s", "flap_window_s", "resolve_after_s")
+# What a fold writes: repository._fold_values and the notification mark.
+_FOLDED = ("occurrences", "first_seen", "last_seen", *repository._LATEST_FIELDS, "explanation", "labels", "host",
+           "gpu", "updated_at", "quiet_since", "last_notified_at")
+_NOT_SET_ON_CREATE = {"acknowledged_at": None, "acknowledged_by": None, "resolved_at": None, "resolved_by": None}
+
+_STORED = select(EventRow.__table__.c.id).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
+# Unresolved violations of the pairs, and those resolved since `since` (a match may reopen them).
+_CANDIDATES = (select(*(_V[name] for name in _READ))
+               .where(tuple_(_V.rule_id, _V.group_key).in_(bindparam("pairs", expanding=True)),
+                      or_(_V.status != "resolved", _V.resolved_at >= bindparam("since")))
+               .order_by(_V.id)
+               .with_for_update())  # ignored by SQLite, where BEGIN IMMEDIATE already serializes writers
+# Plain INSERT, not ON CONFLICT DO NOTHING: SQLAlchemy compiles a dialect's INSERT construct on every execution.
+_CREATE = insert(ViolationRow.__table__).returning(_V.id, _V.rule_id, _V.group_key)
+_EVIDENCE_STATS = (select(_E.violation_id, func.max(_E.position), func.count())
+                   .where(_E.violation_id.in_(bindparam("ids", expanding=True))).group_by(_E.violation_id))
+_LINKED = select(_E.violation_id, _E.event_id, _E.position).where(
+    _E.violation_id.in_(bindparam("ids", expanding=True)), _E.event_id.in_(bindparam("events", expanding=True)))
+_POSITIONS = (select(_E.violation_id, _E.position).where(_E.violation_id.in_(bindparam("ids", expanding=True)))
+              .order_by(_E.violation_id, _E.position))
+_TRIM = delete(EvidenceRow.__table__).where(_E.violation_id == bindparam("violation"),
+                                            _E.position > bindparam("after"), _E.position < bindparam("before"))
+_LINK = insert(EvidenceRow.__table__)
+_HISTORY = insert(HistoryRow.__table__)
+_FOLD = update(ViolationRow.__table__).where(_V.id == bindparam("row_id"))
 
 
 @dataclass
-class _Linked:
-    """What the batch knows of one violation's evidence: links among the batch's events, next position, count."""
+class _Evidence:
+    """A violation's evidence as the batch sees it: the batch's events already linked (event → position), the
+    last position, the number of rows and, where this batch may pass EVIDENCE_LIMIT, every position in order."""
 
-    row: ViolationRow
-    created: bool
-    linked: set[str] = field(default_factory=set)
+    violation_id: int
+    linked: dict[str, int] = field(default_factory=dict)
     position: int = 0
     count: int = 0
+    positions: list[int] | None = None
+    trimmed: tuple[int, int] | None = None  # positions strictly between these are gone
 
 
 @store_operation
-def record_matches(session: Session, matches: Sequence[Match], *, now: datetime) -> list[ViolationView]:
-    """Record the matches in order; one view per match, as `record_match` would return it."""
+def record_matches(session: Session, matches: Sequence[Match], *, now: datetime,
+                   notifying_only: bool = False) -> list[ViolationView]:
+    """Record the matches in order; one view per match, as `record_match` would return it.
+
+    `notifying_only`: only the views whose `notify` is set (all the outbox step needs); a fold that notifies
+    no one builds none.
+    """
     require_aware(now, "record_match: now")
     for match in matches:
         require_aware(match.seen_at, "record_match: match.seen_at")
+    if not matches:
+        return []
+    session.flush()  # ORM changes the caller made first, as a query would autoflush them
+    connection = session.connection()
     evidence = [list(dict.fromkeys(event.id for event in m.explanation.evidence)) for m in matches]
-    repository._require_stored(session, list(dict.fromkeys(i for ids in evidence for i in ids)))
+    _require_stored(connection, list(dict.fromkeys(i for ids in evidence for i in ids)))
     pairs = list(dict.fromkeys((m.rule_id, m.group_key) for m in matches))
-    active = _active_rows(session, pairs, fold_only=True)
-    missing = [pair for pair in pairs if pair not in active]
-    window = max((m.flap_window_s for m in matches), default=0.0)
-    slow = _recently_resolved(session, missing, now - timedelta(seconds=window))
-    firsts = {}
+    since = now - timedelta(seconds=max(m.flap_window_s for m in matches))
+    rows, slow = _candidates(connection, pairs, since)
+    firsts: dict[Pair, Match] = {}
     for match in matches:
         pair = (match.rule_id, match.group_key)
-        if pair in missing and pair not in slow:
+        if pair not in rows and pair not in slow:
             firsts.setdefault(pair, match)
-    created = _create(session, list(firsts.values()), now)
-    if created is None:  # a concurrent writer opened one of them: the per-match path folds into it
-        slow.update(firsts)
-        created = {}
+    opened = _create(session, list(firsts.values()), now)
+    slow.update(pair for pair in firsts if pair not in opened)  # a concurrent writer opened one first
     views: list[ViolationView | None] = [None] * len(matches)
     for index, match in enumerate(matches):
         if (match.rule_id, match.group_key) in slow:
-            views[index] = repository.record_match(session, match, now=now)
-    states = _evidence_states(session, active, created, {i for ids in evidence for i in ids})
-    history: list[dict[str, Any]] = []
-    links: list[dict[str, Any]] = []
+            view = repository.record_match(session, match, now=now)
+            views[index] = None if notifying_only and view.notify is None else view
+    rows.update(opened)
+    states = _evidence_states(connection, rows, set(opened), matches, evidence)
+    folded: set[Pair] = set()
+    history: list[Columns] = []
+    links: list[Columns] = []
     for index, match in enumerate(matches):
-        state = states.get((match.rule_id, match.group_key))
-        if state is not None:
-            views[index] = _apply(state, match, evidence[index], now, history, links)
-    if links:
-        session.execute(insert(EvidenceRow.__table__), links)
-    for state in states.values():
-        if state.count > EVIDENCE_LIMIT:
-            repository._trim_evidence(session, state.row.id)
-    if history:
-        session.execute(insert(HistoryRow.__table__), history)
-    session.flush()
+        pair = (match.rule_id, match.group_key)
+        if pair in slow:
+            continue
+        columns = rows[pair]
+        if opened.pop(pair, None) is not None:  # the first match of a violation this batch opened
+            notify, action, before = "trigger", "created", None
+        else:
+            before = columns["status"]
+            notify, action = _fold(columns, match, now), "folded"
+            folded.add(pair)
+        added = _link(states[pair], evidence[index], now, links)
+        history.append(_history(columns, now, match, action, before, added))
+        if notify is not None or not notifying_only:
+            views[index] = columns_view(columns, notify)
+    _write(connection, list(states.values()), [rows[pair] for pair in folded], history, links)
+    expire_violations(session, (rows[pair]["id"] for pair in folded))
     return [view for view in views if view is not None]
 
 
-def _active_rows(session: Session, pairs: Sequence[Pair], *, fold_only: bool = False) -> dict[Pair, ViolationRow]:
-    """The unresolved violations of the pairs. `fold_only`: every row gets a match folded into it, which
-    replaces its explanation (the largest column), so that is not read."""
-    found: dict[Pair, ViolationRow] = {}
-    for start in range(0, len(pairs), _CHUNK):
-        query = (select(ViolationRow).options(*((defer(ViolationRow.explanation),) if fold_only else ()))
-                 .where(tuple_(ViolationRow.rule_id, ViolationRow.group_key).in_(pairs[start:start + _CHUNK]),
-                        ViolationRow.status != "resolved")
-                 .order_by(ViolationRow.id)
-                 .with_for_update())  # ignored by SQLite, where BEGIN IMMEDIATE already serializes writers
-        found.update(((row.rule_id, row.group_key), row) for row in session.scalars(query))
-    return found
+def _chunks(items: Sequence[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield list(items[start:start + _CHUNK])
 
 
-def _recently_resolved(session: Session, pairs: Sequence[Pair], since: datetime) -> set[Pair]:
-    """Pairs with a violation resolved since `since` (or later): a match may reopen it."""
-    found: set[Pair] = set()
-    for start in range(0, len(pairs), _CHUNK):
-        query = select(ViolationRow.rule_id, ViolationRow.group_key).where(
-            tuple_(ViolationRow.rule_id, ViolationRow.group_key).in_(pairs[start:start + _CHUNK]),
-            ViolationRow.status == "resolved", ViolationRow.resolved_at >= since)
-        found.update(session.execute(query).tuples())
-    return found
+def _require_stored(connection: Connection, ids: Sequence[str]) -> None:
+    stored = {event_id for chunk in _chunks(ids) for event_id in connection.scalars(_STORED, {"ids": chunk}).all()}
+    missing = set(ids) - stored
+    if missing:
+        raise StoreError(f"record_match: evidence events not stored: {', '.join(sorted(missing))}")
 
 
-def _create(session: Session, firsts: Sequence[Match], now: datetime) -> dict[Pair, ViolationRow] | None:
-    """Insert the new violations with one executemany and read them back; None when one already exists
-    (nothing inserted then). Core, not the ORM: its flush inserts row by row to learn each id."""
+def _candidates(connection: Connection, pairs: Sequence[Pair],
+                since: datetime) -> tuple[dict[Pair, Columns], set[Pair]]:
+    """The unresolved violations of the pairs (the columns a fold reads), and the pairs without one that had
+    one resolved since `since`."""
+    active: dict[Pair, Columns] = {}
+    resolved: set[Pair] = set()
+    for chunk in _chunks(pairs):
+        for row in connection.execute(_CANDIDATES, {"pairs": chunk, "since": since}).mappings().all():
+            pair = (row["rule_id"], row["group_key"])
+            if row["status"] == "resolved":
+                resolved.add(pair)
+            else:
+                active[pair] = dict(row)
+    return active, resolved - active.keys()
+
+
+def _create(session: Session, firsts: Sequence[Match], now: datetime) -> dict[Pair, Columns]:
+    """Insert the new violations with one statement; their columns, with their ids. None inserted when a
+    concurrent writer opened one of them first (the unique index of unresolved violations refuses it)."""
     if not firsts:
         return {}
-    table = ViolationRow.__table__
-    columns = [column.key for column in table.columns if column.key != "id"]
-    values = []
-    for match in firsts:
-        row = repository._new_row(match, now)
-        values.append({name: getattr(row, name) for name in columns})
+    values = [repository._new_values(match, now) for match in firsts]
     try:
-        with session.begin_nested():
-            session.execute(insert(table), values)
+        with session.begin_nested():  # the savepoint is taken when the session executes
+            ids = {(rule_id, group_key): violation_id
+                   for violation_id, rule_id, group_key in session.execute(_CREATE, values).all()}
     except IntegrityError:
-        return None
-    return _active_rows(session, [(m.rule_id, m.group_key) for m in firsts])
+        return {}
+    return {(v["rule_id"], v["group_key"]): {"id": ids[v["rule_id"], v["group_key"]], **v, **_NOT_SET_ON_CREATE}
+            for v in values}
 
 
-def _evidence_states(session: Session, active: dict[Pair, ViolationRow], created: dict[Pair, ViolationRow],
-                     event_ids: set[str]) -> dict[Pair, _Linked]:
-    states = {pair: _Linked(row, created=True) for pair, row in created.items()}
-    by_id = {row.id: _Linked(row, created=False) for row in active.values()}
-    ids = list(by_id)
-    wanted = list(event_ids)
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start:start + _CHUNK]
-        stats = select(EvidenceRow.violation_id, func.max(EvidenceRow.position), func.count()).where(
-            EvidenceRow.violation_id.in_(chunk)).group_by(EvidenceRow.violation_id)
-        for violation_id, position, count in session.execute(stats):
-            by_id[violation_id].position, by_id[violation_id].count = position or 0, count
-        for events_start in range(0, len(wanted), 500):
-            linked = select(EvidenceRow.violation_id, EvidenceRow.event_id).where(
-                EvidenceRow.violation_id.in_(chunk), EvidenceRow.event_id.in_(wanted[events_start:events_start + 500]))
-            for violation_id, event_id in session.execute(linked):
-                by_id[violation_id].linked.add(event_id)
-    states.update(((state.row.rule_id, state.row.group_key), state) for state in by_id.values())
+def _fold(columns: Columns, match: Match, now: datetime) -> str | None:
+    """Fold a match into a violation's columns as record_match folds it into the row; its notification."""
+    notify = fold_notification_of(columns, now)
+    columns.update(repository._fold_values(columns["occurrences"], columns["first_seen"], columns["last_seen"],
+                                           match, now))
+    return notify
+
+
+def _evidence_states(connection: Connection, rows: dict[Pair, Columns], opened: set[Pair],
+                     matches: Sequence[Match], evidence: Sequence[list[str]]) -> dict[Pair, _Evidence]:
+    """What each violation's evidence holds of the batch's events; every position of those that may pass
+    EVIDENCE_LIMIT in this batch."""
+    wanted: dict[Pair, set[str]] = {}
+    for match, ids in zip(matches, evidence, strict=True):
+        if (match.rule_id, match.group_key) in rows:
+            wanted.setdefault((match.rule_id, match.group_key), set()).update(ids)
+    states = {pair: _Evidence(rows[pair]["id"]) for pair in wanted}
+    existing = {state.violation_id: state for pair, state in states.items() if pair not in opened}
+    events = list(dict.fromkeys(i for pair in wanted if pair not in opened for i in wanted[pair]))
+    for chunk in _chunks(list(existing)):
+        for violation_id, position, count in connection.execute(_EVIDENCE_STATS, {"ids": chunk}).all():
+            existing[violation_id].position, existing[violation_id].count = position or 0, count
+        for events_chunk in _chunks(events):
+            for violation_id, event_id, position in connection.execute(
+                    _LINKED, {"ids": chunk, "events": events_chunk}).all():
+                existing[violation_id].linked[event_id] = position
+    crowded: dict[int, list[int]] = {state.violation_id: [] for pair, state in states.items()
+                                     if state.count + len(wanted[pair] - state.linked.keys()) > EVIDENCE_LIMIT}
+    for chunk in _chunks([violation_id for violation_id in crowded if violation_id in existing]):
+        for violation_id, position in connection.execute(_POSITIONS, {"ids": chunk}).all():
+            crowded[violation_id].append(position)
+    for state in states.values():
+        state.positions = crowded.get(state.violation_id)
     return states
 
 
-def _apply(state: _Linked, match: Match, evidence: Sequence[str], now: datetime, history: list[dict[str, Any]],
-           links: list[dict[str, Any]]) -> ViolationView:
-    """One match on one violation, as record_match does it: the view, and the rows to insert."""
-    row = state.row
-    added = [event_id for event_id in evidence if event_id not in state.linked]
+def _link(state: _Evidence, event_ids: Sequence[str], now: datetime, links: list[Columns]) -> list[str]:
+    """Link the events not yet linked, then trim as record_match does (an event whose link a trim removed is
+    linked again by a later match); the events linked."""
+    added = [event_id for event_id in event_ids if event_id not in state.linked]
     for event_id in added:
         state.position += 1
-        links.append({"violation_id": row.id, "event_id": event_id, "position": state.position, "added_at": now})
-    state.linked.update(added)
-    state.count += len(added)
+        state.linked[event_id] = state.position
+        links.append({"violation_id": state.violation_id, "event_id": event_id, "position": state.position,
+                      "added_at": now})
+    if added and state.positions is not None:
+        state.positions.extend(range(state.position - len(added) + 1, state.position + 1))
+        if len(state.positions) > EVIDENCE_LIMIT:  # keep the first EVIDENCE_KEEP_FIRST and the latest
+            state.positions = state.positions[:EVIDENCE_KEEP_FIRST] + state.positions[-_KEEP_LATEST:]
+            after, before = state.positions[EVIDENCE_KEEP_FIRST - 1], state.positions[EVIDENCE_KEEP_FIRST]
+            state.linked = {event_id: p for event_id, p in state.linked.items() if not after < p < before}
+            state.trimmed = (after, before)
+    return added
+
+
+def _history(columns: Columns, at: datetime, match: Match, action: str, before: str | None,
+             added: list[str]) -> Columns:
     seen_at = format_time(match.seen_at)
-    if state.created:  # the first match of a violation this batch created
-        state.created = False
-        history.append(_history(row.id, now, "created", {"seen_at": seen_at, "evidence": added}, None, "open"))
-        return violation_view(row, "trigger")
-    before, notify = row.status, fold_notification(row, now)
-    repository._fold(row, match, now)
-    history.append(_history(row.id, now, "folded", {"seen_at": seen_at, "occurrences": row.occurrences,
-                                                    "evidence": added}, before, row.status))
-    return violation_view(row, notify)
+    detail = ({"seen_at": seen_at, "evidence": added} if action == "created"
+              else {"seen_at": seen_at, "occurrences": columns["occurrences"], "evidence": added})
+    return history_values(columns["id"], at, action, detail, before=before, after=columns["status"])
 
 
-def _history(violation_id: int, at: datetime, action: str, detail: dict[str, Any], before: str | None,
-             after: str) -> dict[str, Any]:
-    return {"violation_id": violation_id, "at": at, "action": action, "actor": ENGINE_ACTOR, "detail": detail,
-            "status_before": before, "status_after": after, "source": None, "comment": None}
+def _write(connection: Connection, states: Sequence[_Evidence], folded: Sequence[Columns], history: list[Columns],
+           links: list[Columns]) -> None:
+    """Trims before links, since a trimmed event may be linked again; a link a later trim removed is left out."""
+    trimmed = {state.violation_id: state.trimmed for state in states if state.trimmed is not None}
+    if trimmed:
+        connection.execute(_TRIM, [{"violation": violation_id, "after": after, "before": before}
+                                   for violation_id, (after, before) in trimmed.items()])
+        links = [link for link in links if link["violation_id"] not in trimmed
+                 or not trimmed[link["violation_id"]][0] < link["position"] < trimmed[link["violation_id"]][1]]
+    if links:
+        connection.execute(_LINK, links)
+    if history:
+        connection.execute(_HISTORY, history)
+    if folded:
+        connection.execute(_FOLD, [{"row_id": columns["id"], **{name: columns[name] for name in _FOLDED}}
+                                   for columns in folded])

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -19,7 +19,16 @@ from gpuslo.engine import incidents
 from gpuslo.engine.errors import InvalidTransition, NotFoundError, StoreError
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store.models import HistoryRow, ViolationRow
-from gpuslo.engine.store.rows import ENGINE_ACTOR, append_history, require_aware, store_operation, violation_view
+from gpuslo.engine.store.rows import (
+    ENGINE_ACTOR,
+    append_history,
+    columns_view,
+    expire_violations,
+    history_values,
+    require_aware,
+    store_operation,
+    violation_view,
+)
 from gpuslo.engine.store.views import ViolationView
 from gpuslo.engine.violations import Clear, Match
 
@@ -143,30 +152,77 @@ def auto_resolve_due(session: Session, now: datetime, quiet_by_rule: Mapping[str
     return resolved
 
 
+# Core statements, built once. The unresolved violations of one rule's cleared group keys, only the columns that
+# decide (FOR UPDATE: ignored by SQLite, where BEGIN IMMEDIATE already serializes writers); the rows a clear
+# resolves are read whole.
+_VIOLATIONS = ViolationRow.__table__
+_CLEARABLE = (select(_VIOLATIONS.c.id, _VIOLATIONS.c.group_key, _VIOLATIONS.c.last_seen)
+              .where(_VIOLATIONS.c.rule_id == bindparam("rule_id"), _VIOLATIONS.c.rulebook == bindparam("rulebook"),
+                     _VIOLATIONS.c.group_key.in_(bindparam("keys", expanding=True)),
+                     _VIOLATIONS.c.status != "resolved")
+              .order_by(_VIOLATIONS.c.id).with_for_update())
+_WHOLE = select(_VIOLATIONS).where(_VIOLATIONS.c.id.in_(bindparam("ids", expanding=True)))
+_RESOLVE = update(_VIOLATIONS).where(_VIOLATIONS.c.id == bindparam("row_id"))
+_HISTORY = insert(HistoryRow.__table__)
+_CLEAR_KEYS = 500  # group keys per IN (...)
+
+
 @store_operation
 def resolve_cleared(session: Session, clears: Sequence[Clear], now: datetime) -> list[ViolationView]:
-    """Resolve the unresolved violation of each clear's rule and group key (`resolve: {event, if}`).
+    """Resolve the unresolved violation of each clear's rule and group key (`resolve: {event, if}`), in order.
 
-    A clearing event older than the violation's last match leaves it open: the match came after the clear.
+    A clearing event older than the violation's last match leaves it open (the match came after the clear),
+    and a later clear of the same key in the batch may still resolve it; the first one that does is recorded.
     """
     require_aware(now, "resolve_cleared")
-    resolved = []
+    if not clears:
+        return []
+    session.flush()  # ORM changes the caller made first, as a query would autoflush them
+    connection = session.connection()
+    resolving: dict[int, Clear] = {}  # violation id → the clear that resolves it, in the order they do
+    unresolved = _unresolved(connection, clears)
     for clear in clears:
-        row = session.scalars(
-            select(ViolationRow).where(ViolationRow.rule_id == clear.rule_id, ViolationRow.rulebook == clear.rulebook,
-                                       ViolationRow.group_key == clear.group_key, ViolationRow.status != "resolved")
-            .order_by(ViolationRow.id).limit(1).with_for_update()).first()
-        if row is None or clear.event.time < row.last_seen:
-            continue
-        before = row.status
-        row.status, row.resolved_at, row.resolved_by, row.updated_at = "resolved", now, ENGINE_ACTOR, now
-        row.flapping = False
-        append_history(session, row.id, now, "resolved",
-                       {"reason": "cleared", "event_id": clear.event.id, "event_kind": clear.event.kind,
-                        "event_time": format_time(clear.event.time)}, before=before, after="resolved")
-        session.flush()
-        resolved.append(violation_view(row, "resolve"))
+        found = unresolved.get((clear.rule_id, clear.rulebook, clear.group_key))
+        if found is not None and found[0] not in resolving and clear.event.time >= found[1]:
+            resolving[found[0]] = clear
+    if not resolving:
+        return []
+    rows = {row["id"]: dict(row) for row in connection.execute(_WHOLE, {"ids": list(resolving)}).mappings().all()}
+    changes, history, resolved = [], [], []
+    for violation_id, clear in resolving.items():
+        columns = rows[violation_id]
+        before = columns["status"]
+        change = {"status": "resolved", "resolved_at": now, "resolved_by": ENGINE_ACTOR, "updated_at": now,
+                  "flapping": False}
+        columns.update(change)
+        changes.append({"row_id": violation_id, **change})
+        history.append(history_values(violation_id, now, "resolved",
+                                      {"reason": "cleared", "event_id": clear.event.id, "event_kind": clear.event.kind,
+                                       "event_time": format_time(clear.event.time)}, before=before, after="resolved"))
+        resolved.append(columns_view(columns, "resolve"))
+    connection.execute(_RESOLVE, changes)
+    connection.execute(_HISTORY, history)
+    expire_violations(session, resolving)
     return resolved
+
+
+def _unresolved(connection: Connection, clears: Sequence[Clear]) -> dict[tuple[str, str, str], tuple[int, datetime]]:
+    """(rule, rulebook, group key) of the clears → id and last_seen of its unresolved violation, where it has one.
+
+    One query per rule with clears (a plain IN list of group keys is far cheaper to bind than one of tuples).
+    """
+    keys: dict[tuple[str, str], dict[str, None]] = {}
+    for clear in clears:
+        keys.setdefault((clear.rule_id, clear.rulebook), {})[clear.group_key] = None
+    found: dict[tuple[str, str, str], tuple[int, datetime]] = {}
+    for (rule_id, rulebook), group_keys in keys.items():
+        listed = list(group_keys)
+        for start in range(0, len(listed), _CLEAR_KEYS):
+            chunk = listed[start:start + _CLEAR_KEYS]
+            for violation_id, group_key, last_seen in connection.execute(
+                    _CLEARABLE, {"rule_id": rule_id, "rulebook": rulebook, "keys": chunk}).all():
+                found.setdefault((rule_id, rulebook, group_key), (violation_id, last_seen))
+    return found
 
 
 @dataclass(frozen=True)
@@ -191,12 +247,26 @@ class _Incident:
         return cls(row.status, bool(row.flapping), row.resolved_at, row.last_notified_at,
                    row.quiet_since or row.updated_at, row.repeat_interval_s, row.flap_window_s, row.resolve_after_s)
 
+    @classmethod
+    def of_columns(cls, columns: Mapping[str, Any]) -> _Incident:
+        return cls(columns["status"], bool(columns["flapping"]), columns["resolved_at"], columns["last_notified_at"],
+                   columns["quiet_since"] or columns["updated_at"], columns["repeat_interval_s"],
+                   columns["flap_window_s"], columns["resolve_after_s"])
+
 
 def fold_notification(row: ViolationRow, now: datetime) -> str | None:
     """Whether a match folding into `row` notifies again (repeat_interval); marks it notified if so."""
     notify = incidents.notification_for("fold", _Incident.of(row), now)
     if notify is not None:
         row.last_notified_at = now
+    return notify
+
+
+def fold_notification_of(columns: dict[str, Any], now: datetime) -> str | None:
+    """fold_notification for a violation held as column values (the batch write path, which reads no rows)."""
+    notify = incidents.notification_for("fold", _Incident.of_columns(columns), now)
+    if notify is not None:
+        columns["last_notified_at"] = now
     return notify
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, delete, func, select, text, update
+from sqlalchemy import ColumnElement, Select, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -130,12 +130,17 @@ def unprocessed_events(session: Session, limit: int) -> list[Event]:
     return [parse_event(body) for body in bodies]
 
 
+# Core, built once: the ORM's bulk UPDATE would also look for the events in the session to update them.
+_MARK_PROCESSED = (update(EventRow.__table__).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
+                   .values(processed_at=bindparam("at")))
+
+
 @store_operation
 def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
     """Record that the engine has evaluated these events."""
     require_aware(at, "mark_processed")
     for chunk in _chunks(list(ids)):
-        session.execute(update(EventRow).where(EventRow.id.in_(chunk)).values(processed_at=at))
+        session.execute(_MARK_PROCESSED, {"ids": list(chunk), "at": at})
 
 
 @store_operation
@@ -236,13 +241,18 @@ def _latest_fields(match: Match) -> dict[str, Any]:
     return fields
 
 
-def _new_row(match: Match, now: datetime) -> ViolationRow:
-    """The open violation a first match creates (not added to the session)."""
-    return ViolationRow(
+def _new_values(match: Match, now: datetime) -> dict[str, Any]:
+    """The columns of the open violation a first match creates (those left out are NULL)."""
+    return dict(
         rule_id=match.rule_id, group_key=match.group_key, group=dict(match.group), status="open",
         first_seen=match.seen_at, last_seen=match.seen_at, occurrences=1, created_at=now, updated_at=now,
         quiet_since=now, last_notified_at=now, flaps=0, flapping=False, **_latest_fields(match),
     )
+
+
+def _new_row(match: Match, now: datetime) -> ViolationRow:
+    """The open violation a first match creates (not added to the session)."""
+    return ViolationRow(**_new_values(match, now))
 
 
 def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow | None:
@@ -255,14 +265,18 @@ def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow |
     return row
 
 
+def _fold_values(occurrences: int, first_seen: datetime, last_seen: datetime, match: Match,
+                 now: datetime) -> dict[str, Any]:
+    """The columns a folded match changes: the latest match's rulebook, text and explanation replace the old
+    ones; the time span widens."""
+    return {"occurrences": occurrences + 1, "first_seen": min(first_seen, match.seen_at),
+            "last_seen": max(last_seen, match.seen_at), **_latest_fields(match), "updated_at": now,
+            "quiet_since": now}
+
+
 def _fold(row: ViolationRow, match: Match, now: datetime) -> None:
-    """The latest match's rulebook, text and explanation replace the old ones; the time span widens."""
-    row.occurrences += 1
-    row.first_seen = min(row.first_seen, match.seen_at)
-    row.last_seen = max(row.last_seen, match.seen_at)
-    for name, value in _latest_fields(match).items():
+    for name, value in _fold_values(row.occurrences, row.first_seen, row.last_seen, match, now).items():
         setattr(row, name, value)
-    row.updated_at = row.quiet_since = now
 
 
 def _add_evidence(session: Session, violation_id: int, event_ids: Sequence[str], now: datetime) -> list[str]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.store.db import describe_error
@@ -62,6 +63,26 @@ def violation_view(row: ViolationRow, notify: str | None = None) -> ViolationVie
     return ViolationView(**violation_fields(row, notify))
 
 
+def columns_view(columns: Mapping[str, Any], notify: str | None = None) -> ViolationView:
+    """violation_view of a violation held as column values (what the Core statements of the engine's write
+    path read and change) instead of an ORM row."""
+    return ViolationView(**{**columns, "group": MappingProxyType(dict(columns["group"])),
+                            "explanation": MappingProxyType(dict(columns["explanation"])),
+                            "labels": MappingProxyType(dict(columns["labels"])),
+                            "quiet_since": columns["quiet_since"] or columns["updated_at"],
+                            "flaps": columns["flaps"] or 0, "flapping": bool(columns["flapping"])}, notify=notify)
+
+
+def expire_violations(session: Session, ids: Iterable[int]) -> None:
+    """Core statements changed these violations: ORM rows of them the session holds are read again when used."""
+    if not session.identity_map:
+        return
+    for violation_id in ids:
+        row = session.identity_map.get(identity_key(ViolationRow, violation_id))
+        if row is not None:
+            session.expire(row)
+
+
 def history_entry(row: HistoryRow) -> HistoryEntry:
     return HistoryEntry(row.id, row.violation_id, row.at, row.action, row.actor, MappingProxyType(dict(row.detail)),
                         row.status_before, row.status_after, row.source, row.comment)
@@ -76,6 +97,14 @@ def append_history(session: Session, violation_id: int, at: datetime, action: st
                    actor: str = ENGINE_ACTOR, before: str | None = None, after: str | None = None,
                    source: str | None = None, comment: str | None = None) -> None:
     """Append one history line: who did what, the status before and after, and from which address."""
-    session.add(HistoryRow(violation_id=violation_id, at=at, action=action, actor=actor, detail=detail,
-                           status_before=before, status_after=after, source=source, comment=comment))
+    session.add(HistoryRow(**history_values(violation_id, at, action, detail, actor=actor, before=before,
+                                            after=after, source=source, comment=comment)))
     session.flush()
+
+
+def history_values(violation_id: int, at: datetime, action: str, detail: dict[str, Any], *,
+                   actor: str = ENGINE_ACTOR, before: str | None = None, after: str | None = None,
+                   source: str | None = None, comment: str | None = None) -> dict[str, Any]:
+    """The columns of one history line (append_history's), for an executemany INSERT of many."""
+    return {"violation_id": violation_id, "at": at, "action": action, "actor": actor, "detail": detail,
+            "status_before": before, "status_after": after, "source": source, "comment": comment}
