@@ -340,16 +340,21 @@ Method:
   (b) does strictly more: building facts, the windows, and a full Match (explanation, Jinja summary) for
   every firing.
 - (c) the real Flask app under waitress on a free port, httpx posting pre-encoded JSON arrays of {c['sqlite']
-  .get('batch', 500)} from one client thread; the clock stops when `core.wait_idle()` returns; violations are
-  then counted in the database and their occurrences checked against a RuleEvaluator run on the same events.
-  PostgreSQL is a scratch database on 127.0.0.1:5432, dropped afterwards. The per-client ingest rate limit
-  is off in (c) and (d): one client stands in for a fleet.
+  .get('batch', 500)} back to back from a client *process* of its own (bench/engine_load.py; until
+  2026-11-29 a thread in the server's interpreter, whose CPU then competed for the server's GIL and counted
+  as server cost). The server process keeps only the encoded bodies, not the workload's dicts, which its
+  garbage collector would otherwise scan. The clock (CLOCK_MONOTONIC, shared by both processes) starts when
+  the warmed-up client is told to go and stops when `core.wait_idle()` returns; "POSTs alone" ends when the
+  client has its last answer. Violations are then counted in the database and their occurrences checked
+  against a RuleEvaluator run on the same events. PostgreSQL is a scratch database on 127.0.0.1:5432,
+  dropped afterwards. The per-client ingest rate limit is off in (c) and (d): one client stands in for a
+  fleet.
 - (d) {d['per_post']} events per POST every {1000 * d['per_post'] / d['target_rate']:g} ms on SQLite, paced on
-  an absolute schedule; latency of each event that raised a violation = moment the core's sink returned
-  (after the violation rows were committed; the benchmark wraps `core.runtime._sink`) minus the *scheduled*
-  send time of its POST (so a client falling behind cannot hide delay). Two streams: every event raising
-  one (fragmentation 0.8 / 640 ms stall pairs on 128 GPUs, so each also completes fragmentation-then-stall)
-  and the fleet mix.
+  an absolute schedule by the same separate client process; latency of each event that raised a violation =
+  moment the core's sink returned (after the violation rows were committed; the benchmark wraps
+  `core.runtime._sink`) minus the *scheduled* send time of its POST (so a client falling behind cannot hide
+  delay). Two streams: every event raising one (fragmentation 0.8 / 640 ms stall pairs on 128 GPUs, so
+  each also completes fragmentation-then-stall) and the fleet mix.
 - (e) in a fresh interpreter: mem_fragmentation with FR 0.70-0.94 on ever-new host/GPU pairs, event time
   +10 ms per event, no stalls, so fragmentation-then-stall never completes (fragmentation-high fires on each);
   RSS = VmRSS after gc.collect(). Samples (events: RSS / held): {samples}.

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 import jsonschema
+import orjson
 
 from gpuslo.engine.errors import EventError, FieldProblem
 from gpuslo.engine.fastcheck import compile_check
@@ -221,13 +222,56 @@ class Event:
 
 def body_digest(body: Mapping[str, Any]) -> str:
     """SHA-256 of an event's canonical JSON form (`Event.to_dict()`), for callers that already built it."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return text_digest(canonical_json(body))
+
+
+def text_digest(canonical: str) -> str:
+    """SHA-256 of a canonical JSON text (`canonical_json`): the body hash stored with an event."""
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def canonical_json(body: Mapping[str, Any]) -> str:
+    """The text stored body hashes digest: `json.dumps(body, sort_keys=True, separators=(",", ":"))`.
+
+    orjson writes it ~5x faster and byte for byte the same when the output is ASCII without DEL and every value
+    is of JSON's own types with floats that both print in plain decimals; anything else takes json.dumps.
+    """
+    try:
+        fast = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits, a surrogate, an unknown type
+        fast = None
+    if fast is not None and fast.isascii() and b"\x7f" not in fast and _prints_alike(body):
+        return fast.decode()
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _prints_alike(value: object) -> bool:
+    """Whether orjson and json.dumps write `value` the same (beyond ASCII escaping and DEL, checked on the text):
+    only exact JSON types, and floats zero or within 1e-4..1e16, where both print Python's repr()."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind is float and isinstance(value, float):
+        return value == 0.0 or 1e-4 <= abs(value) < 1e16  # NaN fails both tests
+    if kind is dict and isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _PLAIN and not _prints_alike(item)):
+                return False
+        return True
+    if kind is list and isinstance(value, list):
+        return all(type(item) in _PLAIN or _prints_alike(item) for item in value)
+    return False
+
+
 def format_time(moment: datetime) -> str:
-    """RFC 3339 UTC with microseconds, as events carry it."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 UTC with microseconds, as events carry it (part of the hashed canonical form)."""
+    utc = moment.astimezone(UTC)
+    if utc.year < 1000:  # strftime's %Y does not pad these to four digits; stored hashes keep its form
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc.isoformat(timespec="microseconds")[:-6] + "Z"  # isoformat is ~5x faster than strftime
 
 
 def _require_valid(obj: object) -> dict[str, Any]:

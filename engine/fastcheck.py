@@ -4,6 +4,9 @@ It knows only the keywords the event schemas use and refuses to compile any othe
 constraint; its answers follow jsonschema's Draft 2020-12 semantics (`pattern` is `re.search`, `integer` takes
 2.0, `format` is not asserted, size and range keywords skip values of other types). Anything it refuses goes
 to jsonschema for the precise problems; tests/engine/test_fastcheck.py fuzzes that the two agree.
+
+The schema becomes the source of one flat Python function (as dataclasses build `__init__`): a property costs
+a dict lookup and a few inline tests instead of a call per keyword, which is most of ingest's validation time.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ Check = Callable[[object], bool]
 _NOT_ASSERTED = frozenset({"description", "format", "title", "$schema", "$id"})
 _OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "propertyNames",
                               "maxProperties"})
+_MISSING = object()
 
 
 def _is_integer(value: object) -> bool:
@@ -31,105 +35,116 @@ def _is_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Number)
 
 
-_TYPES: Mapping[str, Check] = {
-    "string": lambda value: isinstance(value, str),
-    "integer": _is_integer,
-    "number": _is_number,
-    "object": lambda value: isinstance(value, dict),
-    "null": lambda value: value is None,
+# Each test is an expression on `{v}`; the exact types JSON decodes to go first, the general test after.
+_TYPE_TESTS: Mapping[str, str] = {
+    "string": "isinstance({v}, str)",
+    "integer": "(type({v}) is int or _is_integer({v}))",
+    "number": "(type({v}) is int or type({v}) is float or _is_number({v}))",
+    "object": "isinstance({v}, dict)",
+    "null": "{v} is None",
 }
 
 
-def _type_check(names: str | list[str]) -> Check:
-    tests = tuple(_TYPES[name] for name in ([names] if isinstance(names, str) else names))
-    if len(tests) == 1:
-        return tests[0]
-    return lambda value: any(test(value) for test in tests)
+class _Writer:
+    """Collects the generated lines and the constants (patterns, sets) they refer to."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.constants: dict[str, Any] = {"_is_integer": _is_integer, "_is_number": _is_number,
+                                          "_MISSING": _MISSING}
+        self._names = 0
+
+    def constant(self, value: object) -> str:
+        name = f"_c{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def variable(self) -> str:
+        self._names += 1
+        return f"v{self._names}"
+
+    def require(self, condition: str, depth: int) -> None:
+        self.lines.append(f"{'    ' * depth}if not ({condition}): return False")
+
+    def line(self, text: str, depth: int) -> None:
+        self.lines.append(f"{'    ' * depth}{text}")
+
+    def block(self, header: str, depth: int, body: Callable[[int], None]) -> None:
+        """`header:` followed by what `body` writes one level deeper (`pass` when it writes nothing)."""
+        self.line(f"{header}:", depth)
+        start = len(self.lines)
+        body(depth + 1)
+        if len(self.lines) == start:
+            self.line("pass", depth + 1)
 
 
-def _range_check(keyword: str, bound: float) -> Check:
-    if keyword == "minimum":
-        return lambda value: not _is_number(value) or not value < bound  # type: ignore[operator]
-    return lambda value: not _is_number(value) or not value > bound  # type: ignore[operator]
-
-
-def _string_check(keyword: str, limit: Any) -> Check:
+def _keyword_test(writer: _Writer, keyword: str, limit: Any, v: str) -> str:
+    """The expression one value keyword asserts on `v`; ValueError for a keyword the check does not know."""
+    if keyword == "type":
+        names = [limit] if isinstance(limit, str) else limit
+        return " or ".join(_TYPE_TESTS[name].format(v=v) for name in names)
+    if keyword == "enum":
+        if not all(isinstance(item, str) for item in limit):
+            raise ValueError("fast check: only enums of strings are supported")
+        return f"isinstance({v}, str) and {v} in {writer.constant(frozenset(limit))}"
+    if keyword in ("minimum", "maximum"):
+        is_number = _TYPE_TESTS["number"].format(v=v)
+        beyond = "<" if keyword == "minimum" else ">"
+        return f"not {is_number} or not {v} {beyond} {writer.constant(limit)}"
     if keyword == "pattern":
-        search = re.compile(limit).search
-        return lambda value: not isinstance(value, str) or search(value) is not None
-    if keyword == "minLength":
-        return lambda value: not isinstance(value, str) or len(value) >= limit
-    return lambda value: not isinstance(value, str) or len(value) <= limit
+        return f"not isinstance({v}, str) or {writer.constant(re.compile(limit).search)}({v}) is not None"
+    if keyword in ("minLength", "maxLength"):
+        within = ">=" if keyword == "minLength" else "<="
+        return f"not isinstance({v}, str) or len({v}) {within} {writer.constant(limit)}"
+    raise ValueError(f"fast check: unsupported JSON Schema keyword {keyword!r}")
 
 
-def _enum_check(allowed: list[Any]) -> Check:
-    if not all(isinstance(item, str) for item in allowed):
-        raise ValueError("fast check: only enums of strings are supported")
-    choices = frozenset(allowed)
-    return lambda value: isinstance(value, str) and value in choices
+def _emit(writer: _Writer, schema: Mapping[str, Any], v: str, depth: int) -> None:
+    """Lines that return False unless `v` is valid against `schema` (the type keyword tested first)."""
+    keywords = sorted((k for k in schema if k not in _NOT_ASSERTED and k not in _OBJECT_KEYWORDS),
+                      key=lambda k: k != "type")
+    for keyword in keywords:
+        writer.require(_keyword_test(writer, keyword, schema[keyword], v), depth)
+    if _OBJECT_KEYWORDS & schema.keys():
+        _emit_object(writer, schema, v, depth)
 
 
-def _object_check(schema: Mapping[str, Any]) -> Check:
-    properties = {name: compile_check(sub) for name, sub in schema.get("properties", {}).items()}
-    required = tuple(schema.get("required", ()))
+def _emit_object(writer: _Writer, schema: Mapping[str, Any], v: str, depth: int) -> None:
+    """The object keywords, which skip values that are not objects (`type` decides about those)."""
+    writer.block(f"if isinstance({v}, dict)", depth, lambda inner: _emit_members(writer, schema, v, inner))
+
+
+def _emit_members(writer: _Writer, schema: Mapping[str, Any], v: str, depth: int) -> None:
+    if "maxProperties" in schema:
+        writer.require(f"len({v}) <= {writer.constant(schema['maxProperties'])}", depth)
+    for name in schema.get("required", ()):
+        writer.require(f"{writer.constant(name)} in {v}", depth)
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    for name, sub in properties.items():
+        item = writer.variable()
+        writer.line(f"{item} = {v}.get({writer.constant(name)}, _MISSING)", depth)
+        writer.block(f"if {item} is not _MISSING", depth,
+                     lambda inner, sub=sub, item=item: _emit(writer, sub, item, inner))
+    known = writer.constant(frozenset(properties))
     extra = schema.get("additionalProperties", True)
-    extra_check: Check | None = None if extra is True else (
-        (lambda _value: False) if extra is False else compile_check(extra))
-    names = compile_check(schema["propertyNames"]) if "propertyNames" in schema else None
-    max_properties = schema.get("maxProperties")
-
-    def check(value: object) -> bool:
-        if not isinstance(value, dict):
-            return True  # object keywords skip other types; `type` decides about them
-        if max_properties is not None and len(value) > max_properties:
-            return False
-        for name in required:
-            if name not in value:
-                return False
-        for key, item in value.items():
-            sub = properties.get(key)
-            if sub is None:
-                if extra_check is not None and not extra_check(item):
-                    return False
-            elif not sub(item):
-                return False
-            if names is not None and not names(key):
-                return False
-        return True
-
-    return check
+    if extra is False:
+        writer.require(f"{known}.issuperset({v})", depth)
+    elif extra is not True:
+        key, item = writer.variable(), writer.variable()
+        writer.line(f"for {key}, {item} in {v}.items():", depth)
+        writer.block(f"if {key} not in {known}", depth + 1, lambda inner: _emit(writer, extra, item, inner))
+    if "propertyNames" in schema:
+        key = writer.variable()
+        writer.block(f"for {key} in {v}", depth, lambda inner: _emit(writer, schema["propertyNames"], key, inner))
 
 
 def compile_check(schema: Mapping[str, Any]) -> Check:
     """A function telling whether a value is valid against `schema`; ValueError for an unsupported keyword."""
-    checks: list[Check] = []
-    for keyword, value in schema.items():
-        if keyword in _NOT_ASSERTED or keyword in _OBJECT_KEYWORDS:
-            continue
-        if keyword == "type":
-            checks.insert(0, _type_check(value))
-        elif keyword == "enum":
-            checks.append(_enum_check(value))
-        elif keyword in ("minimum", "maximum"):
-            checks.append(_range_check(keyword, value))
-        elif keyword in ("pattern", "minLength", "maxLength"):
-            checks.append(_string_check(keyword, value))
-        else:
-            raise ValueError(f"fast check: unsupported JSON Schema keyword {keyword!r}")
-    if _OBJECT_KEYWORDS & schema.keys():
-        checks.append(_object_check(schema))
-    if not checks:
-        return lambda _value: True
-    if len(checks) == 1:
-        return checks[0]
-    first, *rest = checks
-
-    def check_all(value: object) -> bool:
-        if not first(value):
-            return False
-        for check in rest:
-            if not check(value):
-                return False
-        return True
-
-    return check_all
+    writer = _Writer()
+    writer.line("def check(v0):", 0)
+    _emit(writer, schema, "v0", 1)
+    writer.line("return True", 1)
+    namespace = dict(writer.constants)
+    exec(compile("\n".join(writer.lines), "<fastcheck>", "exec"), namespace)  # noqa: S102  # our own source
+    check: Check = namespace["check"]
+    return check

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -197,13 +198,17 @@ class Gpuslo:
             with self.database.session() as session:
                 statuses = repository.store_events(session, [event for _, event in valid])
             fresh = []
+            counted: Counter[tuple[str, str]] = Counter()  # one metric update per kind and status, not per event
             for (index, event), status in zip(valid, statuses, strict=True):
                 results[index] = IngestResult(index, event.id, status)
+                counted[event.kind, status] += 1
                 if status == ACCEPTED:
                     fresh.append(event)
-                    self.metrics.events_accepted.labels(event.kind).inc()
+            for (kind, status), count in counted.items():
+                if status == ACCEPTED:
+                    self.metrics.events_accepted.labels(kind).inc(count)
                 else:
-                    self.metrics.events_rejected.labels(event.kind, status).inc()
+                    self.metrics.events_rejected.labels(kind, status).inc(count)
             self.runtime.submit(fresh)
         return IngestReport(tuple(r for r in results if r is not None))
 

@@ -42,7 +42,8 @@ def post_events() -> tuple[Response, int]:
     # Bad NDJSON lines never reach the core; when every line is bad there is nothing to hand over.
     report = current_core().ingest(items) if items else IngestReport(())
     results = ingest_body.merge_results(body, report)
-    return jsonify(ingest_body.response_body(results)), ingest_body.response_status(results, body.single)
+    answer = Response(ingest_body.response_json(results), mimetype="application/json")
+    return answer, ingest_body.response_status(results, body.single)
 
 
 @api.get("/schema/event")

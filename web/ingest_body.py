@@ -7,12 +7,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from gpuslo.engine.errors import FieldProblem
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
 from gpuslo.web.errors import RequestError
 
 JSON_TYPES = frozenset({"application/json"})
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson"})
+# orjson turns integers beyond 64 bits into floats, json.loads keeps them exact; such an integer has at least
+# 19 digits in a row, which a translate and a substring search find in a fraction of a parse's time.
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_DIGIT_RUN = b"0" * 19
+_UNDECODED = object()
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,21 @@ def _loads(text: str) -> Any:
     return json.loads(text, parse_constant=_reject_constant)
 
 
+def _exact_with_orjson(raw: bytes) -> bool:
+    """Whether orjson decodes `raw` to what json.loads gives wherever it succeeds (no integer beyond 64 bits)."""
+    return _LONG_DIGIT_RUN not in raw.translate(_DIGITS_AS_ZERO)
+
+
+def _fast_loads(raw: bytes | str) -> Any:
+    """orjson's value (~2x faster), or _UNDECODED when it refuses: the stdlib path then gives the same value or
+    the precise error (orjson also refuses some JSON that json.loads takes: a BOM, lone surrogates, deep nesting).
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _UNDECODED
+
+
 def _json_problem(text: str, exc: Exception) -> tuple[str, int | None, int | None]:
     if isinstance(exc, json.JSONDecodeError):
         return exc.msg, exc.lineno, exc.colno
@@ -83,16 +105,22 @@ def check_content_type(mimetype: str, charset: str | None) -> str:
     return "json" if mimetype in JSON_TYPES else "ndjson"
 
 
-def parse_json_body(raw: bytes) -> Body:
-    """One event object or an array of items; 400 with line and column when the JSON is malformed."""
+def _stdlib_json(raw: bytes) -> Any:
     text = _decode_text(raw)
     try:
-        value = _loads(text)
+        return _loads(text)
     except (ValueError, RecursionError) as exc:
         message, line, col = _json_problem(text, exc)
         where = f" at line {line}, column {col}" if line is not None else ""
         raise RequestError(400, "bad_json", f"malformed JSON{where}: {message}",
                            [{"line": line, "column": col, "reason": message}]) from exc
+
+
+def parse_json_body(raw: bytes) -> Body:
+    """One event object or an array of items; 400 with line and column when the JSON is malformed."""
+    value = _fast_loads(raw) if _exact_with_orjson(raw) else _UNDECODED
+    if value is _UNDECODED:
+        value = _stdlib_json(raw)
     if isinstance(value, dict):
         return Body((value,), single=True)
     if isinstance(value, list):
@@ -104,9 +132,14 @@ def parse_json_body(raw: bytes) -> Body:
 def parse_ndjson_body(raw: bytes) -> Body:
     """One item per non-blank line; a line that is not JSON becomes a BadLine, not a failed request."""
     text = _decode_text(raw)
+    exact = _exact_with_orjson(raw)
     items: list[Any] = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
+            continue
+        value = _fast_loads(line) if exact else _UNDECODED
+        if value is not _UNDECODED:
+            items.append(value)
             continue
         try:
             items.append(_loads(line))
@@ -131,6 +164,8 @@ def parse_body(raw: bytes, body_format: str, max_items: int) -> Body:
 
 def merge_results(body: Body, report: IngestReport) -> tuple[IngestResult, ...]:
     """Results in body order: the core's verdicts for decoded items, rejections for bad NDJSON lines."""
+    if len(report.results) == len(body.items):  # no bad lines: the core's indexes are the body's
+        return report.results
     verdicts = iter(report.results)
     merged = []
     for index, item in enumerate(body.items):
@@ -159,8 +194,9 @@ def response_status(results: Sequence[IngestResult], single: bool) -> int:
 
 def response_body(results: Sequence[IngestResult]) -> dict[str, Any]:
     """The JSON answer: counts per status and one entry per item."""
-    counts = {status: sum(1 for r in results if r.status == status)
-              for status in (ACCEPTED, DUPLICATE, REJECTED, CONFLICT)}
+    counts = dict.fromkeys((ACCEPTED, DUPLICATE, REJECTED, CONFLICT), 0)
+    for result in results:
+        counts[result.status] += 1
     return {
         **counts,
         "results": [
@@ -169,3 +205,8 @@ def response_body(results: Sequence[IngestResult]) -> dict[str, Any]:
             for r in results
         ],
     }
+
+
+def response_json(results: Sequence[IngestResult]) -> bytes:
+    """`response_body` as JSON text (keys sorted, like Flask's jsonify), by orjson: the answer lists every item."""
+    return orjson.dumps(response_body(results), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)

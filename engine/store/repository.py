@@ -16,8 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.events import Event, body_digest, format_time, parse_event
+from gpuslo.engine.events import Event, canonical_json, format_time, parse_event, text_digest
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
+from gpuslo.engine.store.event_insert import NewEvent, insert_events
 from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
 from gpuslo.engine.store.models import (
     EVIDENCE_KEEP_FIRST,
@@ -77,21 +78,14 @@ def _check_page(operation: str, page: int, page_size: int) -> None:
 @store_operation
 def store_events(session: Session, events: Sequence[Event], *, now: datetime | None = None) -> list[str]:
     """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict."""
-    received_at = now or datetime.now(UTC)
-    require_aware(received_at, "store_events")
-    bodies = [event.to_dict() for event in events]
-    hashes = [body_digest(body) for body in bodies]
+    # The canonical text is both what the hash digests and the stored body: one serialization per event.
+    bodies = [canonical_json(event.to_dict()) for event in events]
+    hashes = [text_digest(body) for body in bodies]
     first: dict[str, int] = {}
     for index, event in enumerate(events):
         first.setdefault(event.id, index)
-    rows = [_event_values(events[i], bodies[i], hashes[i], received_at) for i in first.values()]
-    table = EventRow.__table__
-    # One statement with bound parameters, compiled once and cached; executemany sends it as multi-row
-    # INSERTs (insertmanyvalues) whose RETURNING lists the ids that were new.
-    statement = _insert(session)(table).on_conflict_do_nothing(index_elements=["id"]).returning(table.c.id)
-    inserted: set[str] = set()
-    for chunk in _chunks(rows):
-        inserted.update(session.scalars(statement, list(chunk)))
+    batch = [NewEvent(events[i], bodies[i], hashes[i]) for i in first.values()]
+    inserted = insert_events(session, batch, now or datetime.now(UTC))
     known = {event_id: hashes[first[event_id]] for event_id in inserted}
     known.update(_stored_hashes(session, [event_id for event_id in first if event_id not in inserted]))
     statuses = []
@@ -101,15 +95,6 @@ def store_events(session: Session, events: Sequence[Event], *, now: datetime | N
         else:
             statuses.append(DUPLICATE if known.get(event.id) == hashes[index] else CONFLICT)
     return statuses
-
-
-def _event_values(event: Event, body: dict[str, Any], body_hash: str, received_at: datetime) -> dict[str, Any]:
-    return {
-        "id": event.id, "kind": event.kind, "time": event.time, "host": event.host, "gpu": event.gpu,
-        "gpu_uuid": event.gpu_uuid, "pid": event.pid, "job": event.job, "rank": event.rank,
-        "source": event.source, "body": body, "body_hash": body_hash,
-        "received_at": received_at, "processed_at": None,
-    }
 
 
 def _stored_hashes(session: Session, ids: Sequence[str]) -> dict[str, str]:
