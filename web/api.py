@@ -15,17 +15,23 @@ from gpuslo.web.filters import event_filter, violation_filter
 from gpuslo.web.serialize import page_json, rulebook_json, stored_event_json, to_json
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
+_READ_CHUNK = 256 * 1024  # bodies without a Content-Length (chunked) are read in pieces of this size
 
 
 def _read_body(limit: int) -> bytes:
     """The raw body, refused with 413 by its Content-Length or once more than `limit` bytes arrive."""
     too_large = RequestError(413, "body_too_large", f"request body is larger than the limit of {limit} bytes")
-    if request.content_length is not None and request.content_length > limit:
+    declared = request.content_length
+    if declared is not None and declared > limit:
         raise too_large
-    data = request.stream.read(limit + 1)
-    if len(data) > limit:
-        raise too_large
-    return data
+    # read(n) allocates an n-byte buffer first: n = limit + 1 cost ~2 ms per small POST (8 MiB zeroed).
+    chunks, size = [], 0
+    while chunk := request.stream.read(min(_READ_CHUNK, limit + 1 - size) if declared is None else declared + 1):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+    return b"".join(chunks)
 
 
 @api.post("/events")

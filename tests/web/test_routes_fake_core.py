@@ -99,6 +99,14 @@ def test_oversize_chunked_body_is_413(fake_client, fake_core):
     assert fake_core.calls == []
 
 
+def test_chunked_body_within_the_limit_is_read_whole(fake_client, fake_core):
+    body = json.dumps([_event("c1"), _event("c2")]).encode()
+    response = fake_client.post("/api/v1/events", input_stream=io.BytesIO(body), content_type="application/json",
+                                environ_overrides={"wsgi.input_terminated": True})
+    assert response.status_code < 300
+    assert [item["id"] for call in fake_core.calls for item in call] == ["c1", "c2"]
+
+
 def test_too_many_items_is_413(fake_client, fake_core):
     error = _envelope(_post(fake_client, [_event(f"e{i}") for i in range(6)]), 413, "too_many_events")
     assert "limit is 5" in error["message"]
