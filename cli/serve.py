@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import socket
@@ -63,6 +64,16 @@ def create_wsgi_server(app: Any, settings: Settings) -> Any:
         raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 
+def freeze_startup_objects() -> None:
+    """Leave everything made at start-up (modules, app, compiled rulebooks) out of the cyclic GC's scans.
+
+    Full collections kept re-scanning those objects from whichever thread triggered them, mostly HTTP
+    workers: ~14 % of the ingest benchmark's GIL time (bench/RESULTS.md). They live as long as the process.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def start_local_probes(probes: Sequence[str], server_url: str, token: str | None) -> Any:
     """The node agent inside `serve`: the same probes, spool and shipper, posting to this server."""
     from gpuslo.probes.agent import Agent, AgentConfig, probe_specs
@@ -84,6 +95,7 @@ def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str 
     try:
         server = create_wsgi_server(create_app(settings, core=core), settings)
         restore = _install_handlers(core.reload_rulebooks)
+        freeze_startup_objects()
         try:
             log.info("gpuslo listening on http://%s:%s (database %s, rules %s)", server.effective_host,
                      server.effective_port, _safe_url(settings.database_url), settings.rules_dir)
