@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -194,9 +195,9 @@ class Event:
             return self.labels.get(name[len("labels."):])
         return self.attrs.get(name)
 
-    @property
+    @functools.cached_property
     def timestamp(self) -> float:
-        """Event time as seconds since the epoch."""
+        """Event time as seconds since the epoch (computed once: windows compare it many times per event)."""
         return self.time.timestamp()
 
     def to_dict(self) -> dict[str, Any]:

@@ -34,6 +34,11 @@ _SID = "0"
 _FACT_ENVELOPE = frozenset({"id", "sid", "kind", "ts"})  # keys every fact has before its fields are copied
 _BATCH = 500
 _RECENT = 100_000
+# Adaptive batching: a batch that took longer than _LINGER_AFTER_S to evaluate and store means the engine
+# is loaded; it then waits _LINGER_S before taking the next batch so that several POSTs share one transaction
+# and one statement set. Light load (short batches) never waits. bench/RESULTS.md, (d).
+_LINGER_AFTER_S = 0.004
+_LINGER_S = 0.008
 _FACT_SERIAL = itertools.count()  # fact ids unique in the process: every ruleset shares one C core
 
 
@@ -328,13 +333,17 @@ class Runtime:
         return batch
 
     def _run(self) -> None:
+        busy_s = 0.0  # how long the last batch took to evaluate and store
         while not self._stop.is_set():
+            if busy_s > _LINGER_AFTER_S and self._queue.qsize() < _BATCH:
+                self._stop.wait(_LINGER_S)  # under load, let a few more POSTs arrive to share the batch's costs
             batch = self._take_batch()
             if not batch:
                 self._check_absences()
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
+            started = time.perf_counter()
             try:
                 fresh = [e for e in batch if e.id not in self._recent]
                 result = self.evaluator.evaluate_batch(fresh)
@@ -352,6 +361,7 @@ class Runtime:
                     self._queued.difference_update(e.id for e in batch)
                     self._metrics.engine_queue_depth.set(self._queue.qsize())
                     self._busy.clear()
+                busy_s = time.perf_counter() - started
 
     def _deliver(self, result: EngineResult) -> None:
         """Hand a result to the sink until it is stored: re-evaluating the events instead would feed the
