@@ -11,7 +11,8 @@ from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.loader import Document, decode, load_yaml
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.rulebook.overrides import apply_override, orphan_problems, override_path
-from gpuslo.engine.rulebook.validate import rulebook_json_schema, validate
+from gpuslo.engine.rulebook.schema_check import rulebook_json_schema
+from gpuslo.engine.rulebook.validate import validate
 
 __all__ = [
     "check_paths",

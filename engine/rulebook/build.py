@@ -6,6 +6,7 @@ import hashlib
 from types import MappingProxyType
 from typing import Any
 
+from gpuslo.engine.rulebook.check_context import expression_location
 from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
 from gpuslo.engine.rulebook.model import (
@@ -22,7 +23,6 @@ from gpuslo.engine.rulebook.model import (
     Slo,
     Trigger,
 )
-from gpuslo.engine.rulebook.validate import expression_location
 from gpuslo.engine.units import parse_duration
 
 DEFAULT_GROUP_BY: tuple[str, ...] = ("host",)
