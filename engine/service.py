@@ -287,8 +287,10 @@ class Gpuslo:
 
     def retry_notification(self, notification_id: int, *, actor: str,
                            source: str | None = None) -> NotificationView:
-        """Send a dead notification again (fresh attempt count, due now); 409 InvalidTransition when not dead."""
-        return self._in_transaction(lambda s: notifications.retry(s, notification_id, _now()),
+        """Send a dead notification again (fresh attempt count, due now), noted in the violation's history and the
+        audit log; 409 InvalidTransition when not dead."""
+        return self._in_transaction(lambda s: notifications.retry(s, notification_id, _now(), actor=actor,
+                                                                  source=source),
                                     AuditNote("notification.retry", "notification", notification_id, actor, source))
 
     def quiet_by_rule(self) -> dict[str, float]:

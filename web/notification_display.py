@@ -8,40 +8,17 @@ its scheme and host, because its path or query may carry a credential gpuslo doe
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
-from gpuslo.engine.alerts.secrets import REDACTED, redact, secret_fragments
+from gpuslo.engine.alerts.secrets import scrub
 from gpuslo.engine.store.notifications import NotificationDetail
 from gpuslo.web.context import current_core
 from gpuslo.web.serialize import to_json
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 # Fields of a notification in the API; the payload stays out (it is what receivers got, served by no route).
 FIELDS = ("id", "violation_id", "receiver", "action", "dedup_key", "status", "suppressed_reason", "attempts",
           "next_attempt_at", "lease_until", "created_at", "delivered_at")
-
-
-def _host_only(match: re.Match[str]) -> str:
-    url = match.group(0)
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname or "", parts.port
-    except ValueError:
-        return REDACTED
-    host = f"[{host}]" if ":" in host else host
-    rest = url[len(parts.scheme) + 3 + len(parts.netloc):]  # path, query and fragment
-    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{'/' + REDACTED if rest.strip('/') else ''}"
-
-
-def scrub(text: str | None, secrets: Iterable[str] = ()) -> str | None:
-    """`text` with every secret (and echoed part of a secret URL) replaced by *** and every URL reduced to
-    scheme://host[:port]."""
-    if not text:
-        return text
-    return _URL.sub(_host_only, redact(text, secret_fragments(secrets)))
 
 
 def _configured_secrets() -> tuple[str, ...]:

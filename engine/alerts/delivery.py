@@ -18,7 +18,7 @@ from typing import Any
 from gpuslo.engine.alerts.egress import GuardedClients, Resolver, system_resolver
 from gpuslo.engine.alerts.notification import Notification
 from gpuslo.engine.alerts.routing import AlertsConfig, TokenBuckets
-from gpuslo.engine.alerts.secrets import redact
+from gpuslo.engine.alerts.secrets import redact, scrub
 from gpuslo.engine.alerts.transport import Outcome, send
 from gpuslo.engine.errors import ConfigError, GpusloError
 from gpuslo.engine.store import outbox
@@ -139,10 +139,15 @@ class DeliveryWorker:
             if outcome.retry_after is not None:
                 delay = max(delay, outcome.retry_after)
             retry_at = self.clock() + timedelta(seconds=delay)
-        error = redact(outcome.error, self.config.secret_values()) if outcome.error else None
+        secrets = self.config.secret_values()
+        error = redact(outcome.error, secrets) if outcome.error else None
         attempt = Attempt(status, outcome.latency_ms, outcome.response_code, error)
         with self.database.session() as session:
-            outbox.finish(session, row, attempt, self.clock(), retry_at)
+            now = self.clock()
+            if outbox.finish(session, row, attempt, now, retry_at) and status == "dead":
+                # The history is served as stored (no display scrub), so its error is the one the attempt shows.
+                outbox.record_dead(session, row, response_code=outcome.response_code, error=scrub(error, secrets),
+                                   now=now)
         if status == "delivered":
             log.info("notification %d (%s %s) delivered to %s", row.id, row.action, row.dedup_key, row.receiver)
         else:

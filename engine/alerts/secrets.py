@@ -73,3 +73,23 @@ def secret_fragments(secrets: Iterable[str]) -> tuple[str, ...]:
         path, _, query = rest.partition("?")
         found += ["/" + rest, query, *(part for part in path.split("/") if len(part) >= MIN_FRAGMENT)]
     return tuple(f for f in found if len(f) >= MIN_FRAGMENT // 2)
+
+
+def _host_only(match: re.Match[str]) -> str:
+    url = match.group(0)
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return REDACTED
+    host = f"[{host}]" if ":" in host else host
+    rest = url[len(parts.scheme) + 3 + len(parts.netloc):]  # path, query and fragment
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{'/' + REDACTED if rest.strip('/') else ''}"
+
+
+def scrub(text: str | None, secrets: Iterable[str] = ()) -> str | None:
+    """A delivery error as people may see it: every secret (and echoed part of a secret URL) replaced by *** and
+    every URL reduced to scheme://host[:port], since its path or query may hold a credential nobody declared."""
+    if not text:
+        return text
+    return _URL.sub(_host_only, redact(text, secret_fragments(secrets)))

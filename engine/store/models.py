@@ -38,7 +38,9 @@ EVIDENCE_KEEP_FIRST = 20
 
 # Kept in step with gpuslo.engine.violations.STATUSES; a test checks it.
 STATUS_CHECK = "status IN ('open', 'acknowledged', 'resolved')"
-ACTIONS = ("created", "folded", "acknowledged", "resolved", "reopened", "commented")
+ACTIONS = ("created", "folded", "acknowledged", "resolved", "reopened", "commented", "notification_dead",
+           "notification_retried")
+ACTION_LENGTH = 32  # HistoryRow.action; the longest name in ACTIONS must fit (a test checks it)
 ACTION_CHECK = "action IN (" + ", ".join(f"'{a}'" for a in ACTIONS) + ")"
 ACTIVE_WHERE = "status <> 'resolved'"
 LOADED_WHERE = "error IS NULL"
@@ -203,7 +205,7 @@ class HistoryRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     violation_id: Mapped[int] = mapped_column(ForeignKey("violations.id", ondelete="CASCADE"))
     at: Mapped[datetime]
-    action: Mapped[str] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(ACTION_LENGTH))
     actor: Mapped[str] = mapped_column(String(200))
     detail: Mapped[dict[str, Any]]
     status_before: Mapped[str | None] = mapped_column(String(16))

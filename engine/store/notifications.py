@@ -19,7 +19,7 @@ from gpuslo.engine.store.models import ViolationRow
 from gpuslo.engine.store.outbox import AttemptView, NotificationView
 from gpuslo.engine.store.outbox import _view as notification_view
 from gpuslo.engine.store.outbox_models import NotificationRow
-from gpuslo.engine.store.rows import require_aware, store_operation
+from gpuslo.engine.store.rows import append_history, require_aware, store_operation
 from gpuslo.engine.store.views import Page
 
 # A violation's page shows at most this many of its notifications (a flapping violation repeats for months).
@@ -103,16 +103,27 @@ def get_detail(session: Session, notification_id: int) -> NotificationDetail | N
     return _with_attempts(session, [view])[0] if view is not None else None
 
 
+def _fresh(notification_id: int) -> Select[tuple[NotificationRow]]:
+    """The row as the database holds it now, not as the session last saw it."""
+    return (select(NotificationRow).where(NotificationRow.id == notification_id)
+            .execution_options(populate_existing=True))
+
+
 @store_operation
-def retry(session: Session, notification_id: int, now: datetime) -> NotificationView:
-    """Make a dead notification pending again, due now; NotFoundError or InvalidTransition (409) saying why not."""
+def retry(session: Session, notification_id: int, now: datetime, *, actor: str,
+          source: str | None = None) -> NotificationView:
+    """Make a dead notification pending again, due now, and say who did in the violation's history;
+    NotFoundError or InvalidTransition (409) saying why not."""
     require_aware(now, "notifications.retry")
-    if not outbox.retry_dead(session, notification_id, now):
-        current = get_notification(session, notification_id)
+    found = session.scalars(_fresh(notification_id)).one_or_none()
+    before = notification_view(found) if found is not None else None  # a snapshot: the retry resets attempts
+    if before is None or not outbox.retry_dead(session, notification_id, now):
+        current = session.scalars(_fresh(notification_id)).one_or_none()
         if current is None:
             raise NotFoundError(f"No notification with id {notification_id}.")
         raise InvalidTransition(f"notification {notification_id} is {current.status}, not dead; only a dead "
                                 "notification can be retried")
-    row = session.scalars(select(NotificationRow).where(NotificationRow.id == notification_id)
-                          .execution_options(populate_existing=True)).one()
-    return notification_view(row)
+    append_history(session, before.violation_id, now, "notification_retried", {
+        "notification_id": before.id, "receiver": before.receiver, "notification_action": before.action,
+        "attempts": before.attempts}, actor=actor, source=source)
+    return notification_view(session.scalars(_fresh(notification_id)).one())

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, aliased
 
 from gpuslo.engine.store.models import ViolationRow
 from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow
-from gpuslo.engine.store.rows import store_operation
+from gpuslo.engine.store.rows import append_history, store_operation
 
 UNFINISHED = ("pending", "delivering", "dead")
 ERROR_LIMIT = 1000
@@ -163,6 +163,16 @@ def finish(session: Session, claimed: NotificationView, attempt: Attempt, now: d
         NotificationRow.id == claimed.id, NotificationRow.status == "delivering",
         NotificationRow.lease_until == claimed.lease_until).values(**values))
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+@store_operation
+def record_dead(session: Session, claimed: NotificationView, *, response_code: int | None, error: str | None,
+                now: datetime) -> None:
+    """Tell the violation's history that delivery of `claimed` gave up; `error` as people may see it."""
+    append_history(session, claimed.violation_id, now, "notification_dead", {
+        "notification_id": claimed.id, "receiver": claimed.receiver, "notification_action": claimed.action,
+        "attempts": claimed.attempts, "response_code": response_code,
+        "error": error[:ERROR_LIMIT] if error else None})
 
 
 @store_operation
