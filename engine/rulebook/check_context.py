@@ -33,11 +33,12 @@ class CheckContext:
     def of(cls, doc: Document) -> CheckContext:
         """The context of a document whose top level is a mapping."""
         data = doc.data
+        lists, macros = data.get("lists"), data.get("macros")  # not mappings: the schema check says so
         return cls(
             doc=doc,
             slos=data.get("slos") if isinstance(data.get("slos"), dict) else {},
-            lists={k: tuple(v) for k, v in (data.get("lists") or {}).items() if isinstance(v, list)},
-            macros={k: v for k, v in (data.get("macros") or {}).items() if isinstance(v, str)},
+            lists={k: tuple(v) for k, v in lists.items() if isinstance(v, list)} if isinstance(lists, dict) else {},
+            macros={k: v for k, v in macros.items() if isinstance(v, str)} if isinstance(macros, dict) else {},
         )
 
     def condition(

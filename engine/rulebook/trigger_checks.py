@@ -106,7 +106,7 @@ def _pattern_problems(
         if not isinstance(pattern, dict):
             continue
         name, kind = pattern.get("name"), pattern.get("event")
-        if name in aliases or name in KEYWORDS or name == "labels":
+        if isinstance(name, str) and (name in aliases or name in KEYWORDS or name == "labels"):
             yield RulebookProblem(
                 ctx.doc.at((*path, i, "name")), f"pattern name '{name}' is already taken", rule
             )

@@ -56,6 +56,5 @@ def duration_problem(
         yield RulebookProblem(doc.at(path), str(exc), rule)
         return
     if seconds <= 0 or (limit is not None and seconds > limit):
-        yield RulebookProblem(
-            doc.at(path), f"'{path[-1]}' must be above 0 and at most {limit:g}s, got {value}", rule
-        )
+        bound = "above 0" if limit is None else f"above 0 and at most {limit:g}s"
+        yield RulebookProblem(doc.at(path), f"'{path[-1]}' must be {bound}, got {value}", rule)

@@ -193,3 +193,28 @@ def test_unknown_summary_filter_is_a_located_problem(tmp_path):
     (problem,) = check_paths([broken])
     assert "summary template: No filter named 'nosuchfilter'." in str(problem)
     assert str(problem).startswith(f"{broken}:")
+
+
+@pytest.mark.parametrize(("original", "broken"), [
+    ("lists:\n  fatal_xids: [48, 79]\n", "lists: fatal\n"),
+    ("macros:\n  big_request: requested_bytes >= 1GiB\n", "macros: [big]\nzzz_big_request: 1\n"),
+])
+def test_lists_or_macros_that_are_no_mapping_are_reported_not_a_crash(rulebook_text, original, broken) -> None:
+    problems = text_problems(rulebook_text().replace(original, broken))
+    assert problems and all(p.startswith("t.yaml:") for p in problems)
+    assert any(("lists" if "lists" in broken else "macros") in p for p in problems)
+
+
+def test_an_slo_window_of_zero_is_reported_with_its_location(rulebook_text) -> None:
+    text = rulebook_text().replace("window: 28d", "window: 0s")
+    assert text_problems(text) == ["t.yaml:4:60: 'window' must be above 0, got 0s"]
+
+
+def test_a_pattern_name_that_is_no_string_is_reported_not_a_crash(rulebook_text) -> None:
+    text = rulebook_text().replace(
+        "    when:\n      event: cuda_oom\n      if: big_request\n",
+        "    when:\n      all:\n        - {name: [a], event: cuda_oom}\n        - {name: b, event: cuda_oom}\n"
+        "      within: 10s\n      same: [host]\n")
+    problems = text_problems(text)
+    assert problems and all(p.startswith("t.yaml:") for p in problems)
+    assert any("name" in p for p in problems)
