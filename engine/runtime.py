@@ -37,6 +37,7 @@ _RECENT = 100_000
 # Adaptive batching: a batch that took longer than _LINGER_AFTER_S to evaluate and store means the engine
 # is loaded; it then waits _LINGER_S before taking the next batch so that several POSTs share one transaction
 # and one statement set. Light load (short batches) never waits. bench/RESULTS.md, (d).
+_IDLE_GRACE_S = 1.0  # how long the stream must be quiet before the live clock runs on by itself
 _LINGER_AFTER_S = 0.004
 _LINGER_S = 0.008
 _FACT_SERIAL = itertools.count()  # fact ids unique in the process: every ruleset shares one C core
@@ -194,13 +195,17 @@ class RuleEvaluator:
             return self._absences(max(now, self._watermark))
 
     def stream_time(self, monotonic_now: float) -> float | None:
-        """The live stream's event time now: the newest event time plus the time elapsed since it arrived.
+        """The live stream's event time now: the newest event time, running on with the time elapsed since it
+        arrived once the stream has been quiet for _IDLE_GRACE_S. None before the first event.
 
         Not the wall clock: events that arrive late or in bulk (an agent shipping its spool after an outage,
-        a replay into a live server) would all look overdue against it. None before the first event.
+        a replay into a live server) would all look overdue against it. The grace keeps a stream that is
+        still flowing on its own event time, so the gaps between batches cannot outrun the next batch.
         """
         with self._lock:
-            return self._watermark + (monotonic_now - self._advanced_at) if self._watermark else None
+            if not self._watermark:
+                return None
+            return self._watermark + max(0.0, monotonic_now - self._advanced_at - _IDLE_GRACE_S)
 
     def _absences(self, now: float) -> list[Match]:
         return [build_absence_match(self._scopes[scope], rule, last, silence, now, self._renderer)
