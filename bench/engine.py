@@ -36,34 +36,30 @@ RESULTS = ROOT / "bench" / "RESULTS.md"
 SECTION = "## Engine (bench/engine.py)"
 BATCH = 500  # the runtime evaluates the queue in batches of this size
 # What cProfile and per-function timers showed on 2026-11-29 (scripts not kept; rerun cProfile to refresh).
-PROFILE = """Where the time goes (cProfile and per-function CPU timers, 30k-event mix and 6k-event ingest, SQLite):
-- (b) durable_rules' own Python glue is most of (a): two or three `json.dumps` per assert/retract plus an
-  exception object (which dumps again) for every fact no rule takes. gpuslo adds ~11 µs/event on top of
-  ~16 µs: a full Match for each of the 3.5 % of events that match (~87 µs each, ~3 µs/event; the sandboxed
-  Jinja render is the largest part), the fact build (~1.7 µs/fact), 7,959 non-matching firings per 30k
-  events (absence heartbeats from probe_status, ~2.3 µs/event), the Prometheus histogram (~0.7 µs/event) and
-  the per-event absence check (~0.6 µs/event).
-- Fixed here: facts the engine did not take are no longer retracted (durable_rules does not store them:
-  200k unhandled facts asserted and never retracted grew RSS by 0.1 MB, 20k handled ones by 154 MB), window
-  scopes are hashed once per load instead of per firing (~19 µs each), the event time is converted once per
-  event, and window expiry visits only keys with something due (a heap) instead of every key per batch
-  (830 µs → ~2 µs per batch on the mix; (e) went from 4,466 to ~6,000 events/s).
-- (c) ingest: since the compiled pre-check (engine/fastcheck.py), the one prepared insert per batch and the
-  engine batch stored with a fixed set of statements (engine/store/batch.py), (c) is CPU-bound in SQLAlchemy
-  and the HTTP stack on a 2-vCPU VM shared with other work; no single function dominates.
-- (d), profiled 2026-11-29 11:10 (3 s streams, per-function wall and thread CPU in the engine thread): the
-  engine's transaction held SQLite's write lock ~12 ms per 10-event batch, and a POST arriving meanwhile
-  waited in SQLite's busy handler, which sleeps 1, 2, 5, 10 ... ms between tries and so slept on well after
-  the commit (store_events 11 ms wall for 1.5 ms CPU). Fixed: writers of the process queue on a lock in
-  Database (woken at once), and the engine's commits for stored events skip the fsync (synchronous=NORMAL on
-  SQLite, synchronous_commit off on PostgreSQL; why no promised durability is lost: engine/store/db.py).
-  Fleet-mix p99 went from 61-1,114 ms to 32-45 ms in --quick runs; a 20 s run still shows bursts to ~170 ms.
-  The every-event-raises stream stays over capacity: per 10 events ~2 ms CPU to ingest, ~2.3 ms to evaluate
-  (15 Matches) and ~8 ms to store them (15 folds: ORM load of the active rows ~2 ms, the ORM UPDATE flush
-  ~2 ms, evidence state ~1 ms, the rest statement set-up), more than the 10 ms one GIL has, so POSTs reach
-  ~450-650 events/s and latency grows with the run. Next: fold with Core statements instead of ORM rows
-  (an executemany UPDATE of the changed columns) and cache the per-batch statements.
-  sys.setswitchinterval(0.001) made no measurable difference.
+PROFILE = """Where the time goes (cProfile, py-spy --gil and per-function CPU timers; 2026-11-29):
+- (b) gpuslo drives durable_rules' C matcher directly (engine/matcher.py): the Host's glue (two or three
+  `json.dumps` per assert and retract, the state document parsed and rewritten around every action, an
+  exception that serializes again for every fact no rule takes) was most of (a) and of the old (b)
+  (27.4 µs/event, b/a 0.59 at 11:17). What gpuslo adds over the C floor (a0) now: a full Match for each
+  firing (~50 µs: the sandboxed Jinja render ~30 µs of it, condition explanation, causal chain), the fact
+  build from per-rulebook field tables, the windows. Event.timestamp is computed once per event (windows
+  compare it many times: 32 % of evaluation in the every-event-raises stream before).
+- (c) was 4.7-5.9k events/s on SQLite at 11:17-11:54. In order of what it bought: clears resolved with one
+  query per rule instead of one SELECT of a whole ORM row per clear (17.7 % of the run's GIL time); the
+  engine's write path with Core statements built once instead of ORM rows (store CPU per 500-event batch
+  30 -> 8 ms); the POST path (a generated validator per schema, orjson for bodies, canonical stored JSON and
+  responses, one insert per batch, unnest ... ON CONFLICT on PostgreSQL: 57 -> 32 µs CPU per event on
+  SQLite, 121 -> 51 on PostgreSQL); reading the body in pieces no larger than it is (werkzeug's read(n)
+  zero-filled an n = 8 MiB buffer per POST); `gc.freeze()` once the server is up (full collections rescanned
+  the start-up objects from HTTP threads: ~14 %); the load generator moved out of the server's interpreter.
+- (d) fleet mix: the faster engine and write path alone bring p99 to ~20-30 ms. The every-event-raises
+  stream (1.5 matches per event, 1,000 folds per second) was CPU-bound in one interpreter (per 10 events
+  ~1.4 ms ingest, 1.8 ms evaluation, 4.5 ms storing: POSTs fell behind, p99 1-3 s). Adaptive batching fixed
+  most of it: a batch that took over 4 ms makes the engine wait 8 ms before the next, so two or more POSTs
+  share one evaluation and one store transaction (CPU of the run 10.4 -> 7.4 s); light load never waits.
+  What is left there is statement overhead per batch and the Match build; writers of the process queue on a
+  lock in Database instead of in SQLite's sleeping busy handler (a fix from 11:10), and the engine's commits
+  for stored events skip the fsync (why no durability is lost: engine/store/db.py).
 """
 
 
@@ -257,15 +253,24 @@ def machine() -> str:
     return f"{platform.system()} {platform.release()}, {os.cpu_count()} vCPU {cpu}, Python {platform.python_version()}"
 
 
+def _stored_right(part: dict[str, Any]) -> str:
+    """'' when the run stored the occurrences a reference evaluation expects, else what differs."""
+    if "occurrences" not in part or part["occurrences"] == part["expected_matches"]:
+        return ""
+    return f"; stored {part['occurrences']:,} occurrences, expected {part['expected_matches']:,}"
+
+
 def verdicts(figures: dict[str, Any]) -> dict[str, tuple[str, bool]]:
     """Each target: (text, met)."""
     ab, c, d, e = figures["ab"], figures["c"], figures["d"], figures["e"]
     return {
         "b/a": (f"{ab['b_over_a']:.2f} (target >= 0.80)", ab["b_over_a"] >= 0.8),
         "c_sqlite": (f"{c['sqlite']['events_per_s']:,.0f} ev/s (target >= 10,000; "
-                     f"{c['sqlite']['events_per_s'] / 10_000:.2f}x)", c["sqlite"]["events_per_s"] >= 10_000),
-        "c_pg": (f"{c['postgresql']['events_per_s']:,.0f} ev/s" if "events_per_s" in c["postgresql"]
-                 else f"n/a ({c['postgresql'].get('error')})", True),
+                     f"{c['sqlite']['events_per_s'] / 10_000:.2f}x){_stored_right(c['sqlite'])}",
+                     c["sqlite"]["events_per_s"] >= 10_000 and _stored_right(c["sqlite"]) == ""),
+        "c_pg": (f"{c['postgresql']['events_per_s']:,.0f} ev/s{_stored_right(c['postgresql'])}"
+                 if "events_per_s" in c["postgresql"] else f"n/a ({c['postgresql'].get('error')})",
+                 _stored_right(c["postgresql"]) == ""),
         "d_p99": (f"{d['p99_ms']:.1f} ms (target <= 50; {d['p99_ms'] / 50:.2f}x)", d["p99_ms"] <= 50),
         "e_growth": (f"{e['growth_mb']:.1f} MB over {e['events']:,} events (target <= 50)", e["growth_mb"] <= 50),
     }
@@ -331,14 +336,17 @@ Command: `{command}` ({figures['wall_s']:.0f} s).
 Method:
 - Workload: a fleet-like mix (36 % token_latency, 30 % mem_fragmentation, 20 % probe_status, 12 % token_stall,
   2 % error kinds; 64 hosts × 8 GPUs; event time +1 ms per event) through all shipped rulebooks.
-- (a) asserts, on a plain durable_rules Host (no dispatcher threads, as in the runtime), the very fact dicts
-  the runtime builds (built once up front), and retracts those the engine took, exactly the engine calls the
-  runtime makes; (b) runs RuleEvaluator.evaluate on pre-built Event objects in batches of {BATCH}, after an
-  untimed warm-up of 3,000 events a day earlier (templates compiled once, as in a running service).
+- (a) asserts through durable_rules' public Python API (`Host.assert_fact`/`retract_fact` on a plain Host
+  without its dispatcher threads, actions that only note their name) the very fact dicts the runtime builds
+  (built once up front), and retracts those the engine took; (a0) makes the bare C calls gpuslo's
+  engine/matcher.py makes for the same facts, JSON-encoded up front (the floor: durable_rules' C matcher
+  alone); (b) runs RuleEvaluator.evaluate on pre-built Event objects in batches of {BATCH}, after an
+  untimed warm-up of 3,000 events a day earlier (templates compiled once, as in a running service). Since
+  2026-11-29 (b) drives the C matcher directly, like (a0), instead of through the Host (docs/architecture.md).
   Alternating repetitions, best of {ab['reps']} each. The verdict uses CPU time of the thread
   (`time.thread_time`), which other tenants of this shared VM do not inflate; wall figures are shown too.
-  (b) does strictly more: building facts, the windows, and a full Match (explanation, Jinja summary) for
-  every firing.
+  (b) does strictly more than (a0): building facts, the windows, and a full Match (explanation, Jinja
+  summary) for every firing.
 - (c) the real Flask app under waitress on a free port, httpx posting pre-encoded JSON arrays of {c['sqlite']
   .get('batch', 500)} back to back from a client *process* of its own (bench/engine_load.py; until
   2026-11-29 a thread in the server's interpreter, whose CPU then competed for the server's GIL and counted

@@ -23,7 +23,7 @@ import psycopg
 from engine_load import clock, posting_process
 from sqlalchemy import func, select
 
-from gpuslo.cli.serve import create_wsgi_server, freeze_startup_objects
+from gpuslo.cli.serve import create_wsgi_server, tune_gc_after_startup
 from gpuslo.engine.config import Settings
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
@@ -41,7 +41,7 @@ def serving(database_url: str, rules_dir: Path) -> Iterator[tuple[Gpuslo, str]]:
     settings = Settings(database_url=database_url, rules_dir=rules_dir, port=0, ingest_requests_per_second=0.0)
     core = Gpuslo.open(settings)
     server = create_wsgi_server(create_app(settings, core=core), settings)
-    freeze_startup_objects()  # as `gpuslo serve` does once it is up
+    tune_gc_after_startup()  # as `gpuslo serve` does once it is up
     thread = threading.Thread(target=server.run, name="bench-waitress", daemon=True)
     thread.start()
     try:

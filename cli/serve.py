@@ -64,14 +64,22 @@ def create_wsgi_server(app: Any, settings: Settings) -> Any:
         raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 
-def freeze_startup_objects() -> None:
-    """Leave everything made at start-up (modules, app, compiled rulebooks) out of the cyclic GC's scans.
+# Young collections every 2,000 allocations (not 700), full ones after 100 middle ones (not 10): at 1,000
+# violations a second the defaults made a 20-80 ms full collection every ~2 s, the largest part of the p99
+# latency (bench/RESULTS.md, (d)); cycles are still collected, only less often.
+GC_THRESHOLDS = (2000, 10, 100)
+
+
+def tune_gc_after_startup() -> None:
+    """Leave everything made at start-up (modules, app, compiled rulebooks) out of the cyclic GC's scans, and
+    collect less often (GC_THRESHOLDS).
 
     Full collections kept re-scanning those objects from whichever thread triggered them, mostly HTTP
     workers: ~14 % of the ingest benchmark's GIL time (bench/RESULTS.md). They live as long as the process.
     """
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def start_local_probes(probes: Sequence[str], server_url: str, token: str | None) -> Any:
@@ -95,7 +103,7 @@ def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str 
     try:
         server = create_wsgi_server(create_app(settings, core=core), settings)
         restore = _install_handlers(core.reload_rulebooks)
-        freeze_startup_objects()
+        tune_gc_after_startup()
         try:
             log.info("gpuslo listening on http://%s:%s (database %s, rules %s)", server.effective_host,
                      server.effective_port, _safe_url(settings.database_url), settings.rules_dir)

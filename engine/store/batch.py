@@ -52,9 +52,13 @@ _FOLDED = ("occurrences", "first_seen", "last_seen", *repository._LATEST_FIELDS,
 _NOT_SET_ON_CREATE = {"acknowledged_at": None, "acknowledged_by": None, "resolved_at": None, "resolved_by": None}
 
 _STORED = select(EventRow.__table__.c.id).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
-# Unresolved violations of the pairs, and those resolved since `since` (a match may reopen them).
+# Unresolved violations of the pairs, and those resolved since `since` (a match may reopen them). The two
+# plain IN lists are what lets SQLite search the (rule_id, group_key) index: for a row-value IN list alone it
+# scanned the whole violations table (EXPLAIN QUERY PLAN; tests/store/test_batch.py checks the plan).
 _CANDIDATES = (select(*(_V[name] for name in _READ))
-               .where(tuple_(_V.rule_id, _V.group_key).in_(bindparam("pairs", expanding=True)),
+               .where(_V.rule_id.in_(bindparam("rules", expanding=True)),
+                      _V.group_key.in_(bindparam("keys", expanding=True)),
+                      tuple_(_V.rule_id, _V.group_key).in_(bindparam("pairs", expanding=True)),
                       or_(_V.status != "resolved", _V.resolved_at >= bindparam("since")))
                .order_by(_V.id)
                .with_for_update())  # ignored by SQLite, where BEGIN IMMEDIATE already serializes writers
@@ -64,8 +68,12 @@ _EVIDENCE_STATS = (select(_E.violation_id, func.max(_E.position), func.count())
                    .where(_E.violation_id.in_(bindparam("ids", expanding=True))).group_by(_E.violation_id))
 _LINKED = select(_E.violation_id, _E.event_id, _E.position).where(
     _E.violation_id.in_(bindparam("ids", expanding=True)), _E.event_id.in_(bindparam("events", expanding=True)))
-_POSITIONS = (select(_E.violation_id, _E.position).where(_E.violation_id.in_(bindparam("ids", expanding=True)))
-              .order_by(_E.violation_id, _E.position))
+# The `upto` lowest positions of each violation: all a trim can reach (see _evidence_states), not all 200.
+_RANKED = (select(_E.violation_id, _E.position,
+                  func.row_number().over(partition_by=_E.violation_id, order_by=_E.position).label("rank"))
+           .where(_E.violation_id.in_(bindparam("ids", expanding=True))).subquery())
+_POSITIONS = (select(_RANKED.c.violation_id, _RANKED.c.position).where(_RANKED.c.rank <= bindparam("upto"))
+              .order_by(_RANKED.c.violation_id, _RANKED.c.position))
 _TRIM = delete(EvidenceRow.__table__).where(_E.violation_id == bindparam("violation"),
                                             _E.position > bindparam("after"), _E.position < bindparam("before"))
 _LINK = insert(EvidenceRow.__table__)
@@ -82,7 +90,7 @@ class _Evidence:
     linked: dict[str, int] = field(default_factory=dict)
     position: int = 0
     count: int = 0
-    positions: list[int] | None = None
+    positions: list[int | None] | None = None  # None entries: positions no trim of this batch can reach
     trimmed: tuple[int, int] | None = None  # positions strictly between these are gone
 
 
@@ -162,7 +170,9 @@ def _candidates(connection: Connection, pairs: Sequence[Pair],
     active: dict[Pair, Columns] = {}
     resolved: set[Pair] = set()
     for chunk in _chunks(pairs):
-        for row in connection.execute(_CANDIDATES, {"pairs": chunk, "since": since}).mappings().all():
+        parameters = {"rules": sorted({rule for rule, _ in chunk}), "keys": sorted({key for _, key in chunk}),
+                      "pairs": chunk, "since": since}
+        for row in connection.execute(_CANDIDATES, parameters).mappings().all():
             pair = (row["rule_id"], row["group_key"])
             if row["status"] == "resolved":
                 resolved.add(pair)
@@ -213,13 +223,23 @@ def _evidence_states(connection: Connection, rows: dict[Pair, Columns], opened: 
             for violation_id, event_id, position in connection.execute(
                     _LINKED, {"ids": chunk, "events": events_chunk}).all():
                 existing[violation_id].linked[event_id] = position
-    crowded: dict[int, list[int]] = {state.violation_id: [] for pair, state in states.items()
-                                     if state.count + len(wanted[pair] - state.linked.keys()) > EVIDENCE_LIMIT}
+    crowded: dict[int, list[int | None]] = {
+        state.violation_id: [] for pair, state in states.items()
+        if state.count + len(wanted[pair] - state.linked.keys()) > EVIDENCE_LIMIT}
+    # A trim reads the position at index len - _KEEP_LATEST of the list; each new link moves that index on by
+    # one at most, so the lowest max(KEEP_FIRST, count - _KEEP_LATEST) + 1 + (links this batch may add) are all
+    # it can reach. The rest stand in as None (never read), keeping the list's length and order.
+    upto = {state.violation_id: max(EVIDENCE_KEEP_FIRST, state.count - _KEEP_LATEST) + 1 + len(wanted[pair])
+            for pair, state in states.items() if state.violation_id in crowded}
     for chunk in _chunks([violation_id for violation_id in crowded if violation_id in existing]):
-        for violation_id, position in connection.execute(_POSITIONS, {"ids": chunk}).all():
+        limit = max(upto[violation_id] for violation_id in chunk)
+        for violation_id, position in connection.execute(_POSITIONS, {"ids": chunk, "upto": limit}).all():
             crowded[violation_id].append(position)
     for state in states.values():
-        state.positions = crowded.get(state.violation_id)
+        positions = crowded.get(state.violation_id)
+        if positions is not None:
+            positions.extend([None] * (state.count - len(positions)))
+        state.positions = positions
     return states
 
 
@@ -237,6 +257,8 @@ def _link(state: _Evidence, event_ids: Sequence[str], now: datetime, links: list
         if len(state.positions) > EVIDENCE_LIMIT:  # keep the first EVIDENCE_KEEP_FIRST and the latest
             state.positions = state.positions[:EVIDENCE_KEEP_FIRST] + state.positions[-_KEEP_LATEST:]
             after, before = state.positions[EVIDENCE_KEEP_FIRST - 1], state.positions[EVIDENCE_KEEP_FIRST]
+            if after is None or before is None:  # _evidence_states read too few positions: never trim blind
+                raise StoreError(f"violation {state.violation_id}: evidence trim reached a position not read")
             state.linked = {event_id: p for event_id, p in state.linked.items() if not after < p < before}
             state.trimmed = (after, before)
     return added

@@ -6,6 +6,7 @@ clears given to resolve_cleared with one call per clear: everything stored and e
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -149,6 +150,27 @@ def test_a_trimmed_event_is_linked_again_as_one_match_at_a_time_would(database: 
     assert [e[2] for e in batched["evidence"][:EVIDENCE_KEEP_FIRST]] == [f"t{i:03d}" for i in range(20)]
 
 
+def test_violations_kept_at_the_evidence_cap_trim_as_one_match_at_a_time_would(database: Database, tmp_path: Path,
+                                                                              make_event, make_match) -> None:
+    """The steady state of a busy violation: at EVIDENCE_LIMIT rows, every batch trims (the batch reads only
+    the positions a trim can reach); batches of 1-12 matches of 1-3 new or re-seen events, on two violations."""
+    rng = random.Random(7)
+    events = [make_event(id=f"s{i:04d}") for i in range(EVIDENCE_LIMIT + 400)]
+    seen = 0
+    rounds = [Round(NOW, [make_match(events[:EVIDENCE_LIMIT], rule_id="rule-s", group_key=f"g={g}")
+                          for g in ("a", "b")])]
+    for step in range(1, 25):
+        batch = []
+        for _ in range(rng.randint(1, 12)):
+            fresh = [events[EVIDENCE_LIMIT + seen + i] for i in range(rng.randint(0, 2))]
+            seen += len(fresh)
+            again = [events[rng.randrange(EVIDENCE_LIMIT + seen)]]  # an old one: linked, trimmed or kept first
+            batch.append(make_match(fresh + again, rule_id="rule-s", group_key=f"g={rng.choice('ab')}"))
+        rounds.append(Round(NOW + timedelta(seconds=step), batch))
+    batched = _compare(database, tmp_path, events, rounds)
+    assert len(batched["evidence"]) == 2 * EVIDENCE_LIMIT
+
+
 def _clear(rule: str, group: str, at: datetime, event_id: str, rulebook: str = "memory") -> Clear:
     return Clear(rule, rulebook, group, Event(id=event_id, kind="mem_fragmentation", time=at, host="node-a"))
 
@@ -286,3 +308,34 @@ def test_a_pair_a_concurrent_writer_opened_first_folds_into_its_violation(databa
     assert [(v.group_key, v.occurrences, v.notify) for v in result] == [("calm", 1, "trigger"),
                                                                         (created.group_key, 2, None)]
     assert result[1].id == created.id
+
+
+def test_the_write_path_searches_indexes_on_sqlite_never_scans_a_table(database: Database, make_event,
+                                                                       make_match) -> None:
+    """Every statement of a batch that folds, links and trims: SQLite's plan searches an index. A row-value
+    IN list alone made it scan the whole violations table once per engine batch."""
+    if database.dialect != "sqlite":
+        return  # PostgreSQL plans by table statistics; the scan that was fixed is SQLite's
+    events = [make_event(id=f"p{i:03d}") for i in range(EVIDENCE_LIMIT + 20)]
+    with database.session() as session:
+        store_events(session, events)
+        record_matches(session, [make_match(events[:EVIDENCE_LIMIT], rule_id="r", group_key=f"g={g}")
+                                 for g in range(3)], now=NOW)
+    plans: list[str] = []
+
+    def explain(conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and not executemany:
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).all()
+            plans.extend(f"{row[3]}  <- {statement.split('FROM', 1)[1][:60]!r}" for row in rows)
+
+    sqlalchemy_event.listen(database.engine, "before_cursor_execute", explain)
+    try:
+        with database.session() as session:
+            record_matches(session, [make_match(events[EVIDENCE_LIMIT + i:EVIDENCE_LIMIT + i + 2], rule_id="r",
+                                                group_key=f"g={i % 3}") for i in range(0, 10, 2)], now=NOW)
+    finally:
+        sqlalchemy_event.remove(database.engine, "before_cursor_execute", explain)
+    assert any("violations" in p for p in plans) and any("evidence" in p for p in plans)
+    skipped = ("SCAN CONSTANT", "SCAN (subquery", "SCAN anon_")  # literal lists and subquery results, no tables
+    scans = [p for p in plans if p.startswith("SCAN ") and not p.startswith(skipped) and "CONSTANT ROWS" not in p]
+    assert scans == [], plans
