@@ -6,7 +6,8 @@
 #   .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
 #       -d .gpu/wheels alembic Mako SQLAlchemy greenlet Flask itsdangerous blinker Werkzeug APScheduler tzlocal \
-#       jsonschema jsonschema-specifications referencing rpds-py waitress click Jinja2 MarkupSafe prometheus_client
+#       jsonschema jsonschema-specifications referencing rpds-py waitress click Jinja2 MarkupSafe prometheus_client \
+#       orjson ahocorasick-rs
 #   .venv/bin/pip download --no-deps --no-binary=:all: -d .gpu/wheels durable-rules==2.0.28   # built there (gcc)
 # (pin each to the version in the project's venv: `.venv/bin/pip freeze`). The image already has torch, pynvml,
 # httpx and PyYAML.
