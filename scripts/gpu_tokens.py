@@ -205,6 +205,27 @@ def check_fragmenting(check: Checks, state: dict[str, Any], stored: list[dict[st
     return {"stalls": matched, "on_retry": len(on_retry), "cycles": cycles}
 
 
+def check_requests(check: Checks, stored: list[dict[str, Any]], violations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every streamed request sent token_request start then first_token (the first-token absence's input), each
+    finished one its done and a token_latency, and first-token-missing stayed quiet. A request the phase
+    deadline cut off has no done and no token_latency."""
+    requests = [e for e in stored if e["kind"] == "token_request"]
+    phases: dict[str, set[str]] = {}
+    for event in requests:
+        phases.setdefault(event["attrs"]["request_id"], set()).add(event["attrs"]["phase"])
+    latencies = [e for e in stored if e["kind"] == "token_latency"]
+    answered = [rid for rid, seen in phases.items() if {"start", "first_token"} <= seen]
+    finished = [rid for rid, seen in phases.items() if "done" in seen or "error" in seen]
+    check(f"token_request start and first_token stored for every streamed request ({len(answered)} of "
+          f"{len(phases)}), done for each of the {len(latencies)} with a token_latency",
+          bool(latencies) and len(answered) == len(phases) and len(finished) == len(latencies),
+          {rid: sorted(seen) for rid, seen in phases.items() if rid not in answered or rid not in finished})
+    missing = [v["summary"] for v in violations if v["rule_id"] == "first-token-missing"]
+    check("first-token-missing did not fire (every first token arrived)", not missing, missing)
+    ttft = sorted(e["attrs"]["ttft_ms"] for e in requests if e["attrs"]["phase"] == "first_token")
+    return {"requests": len(phases), "finished": len(finished), "ttft_ms_max": ttft[-1] if ttft else None}
+
+
 def run_phases(args: argparse.Namespace, api: Api, llm: str, check: Checks, out: Path,
                squeezer: Squeezer | None) -> dict[str, Any]:
     summary: dict[str, Any] = {}
@@ -274,6 +295,7 @@ def main() -> int:
         violations = api.violations()
         summary["analysis"] = check_fragmenting(check, summary["llm_state"], stored, violations,
                                                 summary["fragmenting"])
+        summary["requests"] = check_requests(check, stored, violations)
         save(args.out, "h200-token-stalls.jsonl", stored)
         details = [api.http.get(f"/api/v1/violations/{v['id']}").json() for v in violations]
         (args.out / "h200-tokens-violations.json").write_text(json.dumps(details, indent=1))
