@@ -5,7 +5,8 @@
 # on both ranks' output. Asserts a violation naming the op, seq, the rank that timed out and the rank that
 # never joined; saves the recorded events as examples/incidents/h200x2-nccl-hang.jsonl.
 # Needs: torch with CUDA in $PYTHON, BCC for the eBPF probe (scripts/setup-bcc-venv.sh), root for uprobes.
-# NOT RUN YET: written while nvidia-h200-x2 was withheld; the CPU version is tests/engine/test_nccl_hang_example.py.
+# Run on 2026-11-29 (the GPU machine's Python: PYTHON=python3, GPUSLO a `python3 -c` shim; see the closing note);
+# the CPU version is tests/engine/test_nccl_hang_example.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -72,7 +73,14 @@ summary = hits[0]["summary"]
 for needle in ("ALLREDUCE", "seq 7", "rank 0", "never joined: rank 1"):
     assert needle in summary, (needle, summary)
 print("OK:", summary)
-events = get("/api/v1/events?page_size=1000").get("items", [])
+events, page = [], 1
+while True:  # at most 500 a page
+    listing = get(f"/api/v1/events?page_size=500&page={page}")
+    events += listing.get("items", [])
+    if not listing.get("has_next"):
+        break
+    page += 1
+events = [{k: v for k, v in e.items() if k not in ("received_at", "processed_at")} for e in events]
 with open(f"{out}/events.jsonl", "w") as handle:
     for event in sorted(events, key=lambda e: (e["time"], e["id"])):
         handle.write(json.dumps(event, sort_keys=True) + "\n")
