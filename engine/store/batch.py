@@ -11,7 +11,7 @@ The statements are built once, so SQLAlchemy finds their compiled form by a memo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,12 +27,18 @@ from gpuslo.engine.store.lifecycle import fold_notification_of
 from gpuslo.engine.store.models import (
     EVIDENCE_KEEP_FIRST,
     EVIDENCE_LIMIT,
-    EventRow,
     EvidenceRow,
     HistoryRow,
     ViolationRow,
 )
-from gpuslo.engine.store.rows import columns_view, expire_violations, history_values, require_aware, store_operation
+from gpuslo.engine.store.rows import (
+    chunks,
+    columns_view,
+    expire_violations,
+    history_values,
+    require_aware,
+    store_operation,
+)
 from gpuslo.engine.store.views import ViolationView
 from gpuslo.engine.violations import Match
 
@@ -51,7 +57,6 @@ _FOLDED = ("occurrences", "first_seen", "last_seen", *repository._LATEST_FIELDS,
            "gpu", "updated_at", "quiet_since", "last_notified_at")
 _NOT_SET_ON_CREATE = {"acknowledged_at": None, "acknowledged_by": None, "resolved_at": None, "resolved_by": None}
 
-_STORED = select(EventRow.__table__.c.id).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
 # Unresolved violations of the pairs, and those resolved since `since` (a match may reopen them). The two
 # plain IN lists are what lets SQLite search the (rule_id, group_key) index: for a row-value IN list alone it
 # scanned the whole violations table (EXPLAIN QUERY PLAN; tests/store/test_batch.py checks the plan).
@@ -84,7 +89,8 @@ _FOLD = update(ViolationRow.__table__).where(_V.id == bindparam("row_id"))
 @dataclass
 class _Evidence:
     """A violation's evidence as the batch sees it: the batch's events already linked (event → position), the
-    last position, the number of rows and, where this batch may pass EVIDENCE_LIMIT, every position in order."""
+    last position, the number of rows and, where this batch may pass EVIDENCE_LIMIT, its positions in order
+    (those no trim of the batch can reach as None)."""
 
     violation_id: int
     linked: dict[str, int] = field(default_factory=dict)
@@ -110,7 +116,7 @@ def record_matches(session: Session, matches: Sequence[Match], *, now: datetime,
     session.flush()  # ORM changes the caller made first, as a query would autoflush them
     connection = session.connection()
     evidence = [list(dict.fromkeys(event.id for event in m.explanation.evidence)) for m in matches]
-    _require_stored(connection, list(dict.fromkeys(i for ids in evidence for i in ids)))
+    repository._require_stored(session, list(dict.fromkeys(i for ids in evidence for i in ids)))
     pairs = list(dict.fromkeys((m.rule_id, m.group_key) for m in matches))
     since = now - timedelta(seconds=max(m.flap_window_s for m in matches))
     rows, slow = _candidates(connection, pairs, since)
@@ -151,25 +157,13 @@ def record_matches(session: Session, matches: Sequence[Match], *, now: datetime,
     return [view for view in views if view is not None]
 
 
-def _chunks(items: Sequence[Any]) -> Iterator[list[Any]]:
-    for start in range(0, len(items), _CHUNK):
-        yield list(items[start:start + _CHUNK])
-
-
-def _require_stored(connection: Connection, ids: Sequence[str]) -> None:
-    stored = {event_id for chunk in _chunks(ids) for event_id in connection.scalars(_STORED, {"ids": chunk}).all()}
-    missing = set(ids) - stored
-    if missing:
-        raise StoreError(f"record_match: evidence events not stored: {', '.join(sorted(missing))}")
-
-
 def _candidates(connection: Connection, pairs: Sequence[Pair],
                 since: datetime) -> tuple[dict[Pair, Columns], set[Pair]]:
     """The unresolved violations of the pairs (the columns a fold reads), and the pairs without one that had
     one resolved since `since`."""
     active: dict[Pair, Columns] = {}
     resolved: set[Pair] = set()
-    for chunk in _chunks(pairs):
+    for chunk in chunks(pairs, _CHUNK):
         parameters = {"rules": sorted({rule for rule, _ in chunk}), "keys": sorted({key for _, key in chunk}),
                       "pairs": chunk, "since": since}
         for row in connection.execute(_CANDIDATES, parameters).mappings().all():
@@ -216,10 +210,10 @@ def _evidence_states(connection: Connection, rows: dict[Pair, Columns], opened: 
     states = {pair: _Evidence(rows[pair]["id"]) for pair in wanted}
     existing = {state.violation_id: state for pair, state in states.items() if pair not in opened}
     events = list(dict.fromkeys(i for pair in wanted if pair not in opened for i in wanted[pair]))
-    for chunk in _chunks(list(existing)):
+    for chunk in chunks(list(existing), _CHUNK):
         for violation_id, position, count in connection.execute(_EVIDENCE_STATS, {"ids": chunk}).all():
             existing[violation_id].position, existing[violation_id].count = position or 0, count
-        for events_chunk in _chunks(events):
+        for events_chunk in chunks(events, _CHUNK):
             for violation_id, event_id, position in connection.execute(
                     _LINKED, {"ids": chunk, "events": events_chunk}).all():
                 existing[violation_id].linked[event_id] = position
@@ -231,7 +225,7 @@ def _evidence_states(connection: Connection, rows: dict[Pair, Columns], opened: 
     # it can reach. The rest stand in as None (never read), keeping the list's length and order.
     upto = {state.violation_id: max(EVIDENCE_KEEP_FIRST, state.count - _KEEP_LATEST) + 1 + len(wanted[pair])
             for pair, state in states.items() if state.violation_id in crowded}
-    for chunk in _chunks([violation_id for violation_id in crowded if violation_id in existing]):
+    for chunk in chunks([violation_id for violation_id in crowded if violation_id in existing], _CHUNK):
         limit = max(upto[violation_id] for violation_id in chunk)
         for violation_id, position in connection.execute(_POSITIONS, {"ids": chunk, "upto": limit}).all():
             crowded[violation_id].append(position)

@@ -6,9 +6,9 @@ StoreError naming the function.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -32,6 +32,7 @@ from gpuslo.engine.store.models import (
 )
 from gpuslo.engine.store.rows import (
     append_history,
+    chunks,
     history_entry,
     require_aware,
     store_operation,
@@ -49,16 +50,9 @@ from gpuslo.engine.store.views import (
 )
 from gpuslo.engine.violations import Match
 
-R = TypeVar("R")
-
 # Rows per INSERT or IN (...) list: well under SQLite's and PostgreSQL's bound-parameter limits.
 _CHUNK = 500
 ACTIVE_STATUSES = ("open", "acknowledged")
-
-
-def _chunks(items: Sequence[R], size: int = _CHUNK) -> Iterator[Sequence[R]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 def _insert(session: Session) -> Any:
@@ -99,7 +93,7 @@ def store_events(session: Session, events: Sequence[Event], *, now: datetime | N
 
 def _stored_hashes(session: Session, ids: Sequence[str]) -> dict[str, str]:
     found: dict[str, str] = {}
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids, _CHUNK):
         query = select(EventRow.id, EventRow.body_hash).where(EventRow.id.in_(chunk))
         found.update(session.execute(query).tuples().all())
     return found
@@ -124,7 +118,7 @@ _MARK_PROCESSED = (update(EventRow.__table__).where(EventRow.__table__.c.id.in_(
 def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
     """Record that the engine has evaluated these events."""
     require_aware(at, "mark_processed")
-    for chunk in _chunks(list(ids)):
+    for chunk in chunks(list(ids), _CHUNK):
         session.execute(_MARK_PROCESSED, {"ids": list(chunk), "at": at})
 
 
@@ -192,8 +186,14 @@ def record_match(session: Session, match: Match, *, now: datetime) -> ViolationV
     return violation_view(row, notify)
 
 
+_STORED_IDS = select(EventRow.__table__.c.id).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
+
+
 def _require_stored(session: Session, ids: Sequence[str]) -> None:
-    missing = set(ids) - set(_stored_hashes(session, ids))
+    """Refuse evidence that is not stored, before anything is written (record_match and the batch path)."""
+    connection = session.connection()
+    stored = {event_id for chunk in chunks(ids, _CHUNK) for event_id in connection.scalars(_STORED_IDS, {"ids": chunk})}
+    missing = set(ids) - stored
     if missing:
         raise StoreError(f"record_match: evidence events not stored: {', '.join(sorted(missing))}")
 

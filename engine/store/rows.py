@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
@@ -20,6 +20,7 @@ from gpuslo.engine.store.views import HistoryEntry, SilenceView, ViolationView
 ENGINE_ACTOR = "engine"
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def store_operation(function: Callable[P, R]) -> Callable[P, R]:
@@ -33,6 +34,12 @@ def store_operation(function: Callable[P, R]) -> Callable[P, R]:
             raise describe_error(function.__name__, exc) from exc
 
     return wrapper
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
+    """`items` in lists of at most `size`: the bound parameters of one IN (...) stay within every driver's limit."""
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])
 
 
 def require_aware(moment: datetime, what: str) -> None:
