@@ -22,6 +22,7 @@ from gpuslo.engine.store.models import HistoryRow, ViolationRow
 from gpuslo.engine.store.rows import (
     ENGINE_ACTOR,
     append_history,
+    chunks,
     columns_view,
     expire_violations,
     history_values,
@@ -216,9 +217,7 @@ def _unresolved(connection: Connection, clears: Sequence[Clear]) -> dict[tuple[s
         keys.setdefault((clear.rule_id, clear.rulebook), {})[clear.group_key] = None
     found: dict[tuple[str, str, str], tuple[int, datetime]] = {}
     for (rule_id, rulebook), group_keys in keys.items():
-        listed = list(group_keys)
-        for start in range(0, len(listed), _CLEAR_KEYS):
-            chunk = listed[start:start + _CLEAR_KEYS]
+        for chunk in chunks(list(group_keys), _CLEAR_KEYS):
             for violation_id, group_key, last_seen in connection.execute(
                     _CLEARABLE, {"rule_id": rule_id, "rulebook": rulebook, "keys": chunk}).all():
                 found.setdefault((rule_id, rulebook, group_key), (violation_id, last_seen))
@@ -243,20 +242,19 @@ class _Incident:
     resolve_after_s: float | None
 
     @classmethod
-    def of(cls, row: ViolationRow) -> _Incident:
-        return cls(row.status, bool(row.flapping), row.resolved_at, row.last_notified_at,
-                   row.quiet_since or row.updated_at, row.repeat_interval_s, row.flap_window_s, row.resolve_after_s)
-
-    @classmethod
-    def of_columns(cls, columns: Mapping[str, Any]) -> _Incident:
+    def of(cls, columns: Mapping[str, Any]) -> _Incident:
         return cls(columns["status"], bool(columns["flapping"]), columns["resolved_at"], columns["last_notified_at"],
                    columns["quiet_since"] or columns["updated_at"], columns["repeat_interval_s"],
                    columns["flap_window_s"], columns["resolve_after_s"])
 
 
+_INCIDENT_COLUMNS = ("status", "flapping", "resolved_at", "last_notified_at", "quiet_since", "updated_at",
+                     "repeat_interval_s", "flap_window_s", "resolve_after_s")
+
+
 def fold_notification(row: ViolationRow, now: datetime) -> str | None:
     """Whether a match folding into `row` notifies again (repeat_interval); marks it notified if so."""
-    notify = incidents.notification_for("fold", _Incident.of(row), now)
+    notify = fold_notification_of({name: getattr(row, name) for name in _INCIDENT_COLUMNS}, now)
     if notify is not None:
         row.last_notified_at = now
     return notify
@@ -264,7 +262,7 @@ def fold_notification(row: ViolationRow, now: datetime) -> str | None:
 
 def fold_notification_of(columns: dict[str, Any], now: datetime) -> str | None:
     """fold_notification for a violation held as column values (the batch write path, which reads no rows)."""
-    notify = incidents.notification_for("fold", _Incident.of_columns(columns), now)
+    notify = incidents.notification_for("fold", _Incident.of(columns), now)
     if notify is not None:
         columns["last_notified_at"] = now
     return notify
