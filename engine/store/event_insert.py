@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.events import Event
 from gpuslo.engine.store.models import EventRow
-from gpuslo.engine.store.rows import require_aware
+from gpuslo.engine.store.rows import chunks, require_aware
 
 # What ingest writes; processed_at stays NULL until the engine has evaluated the event.
 EVENT_COLUMNS = ("id", "kind", "time", "host", "gpu", "gpu_uuid", "pid", "job", "rank", "source", "body",
@@ -52,7 +52,13 @@ def insert_events(session: Session, batch: Sequence[NewEvent], received_at: date
 
 _SQLITE_INSERT = (f"INSERT INTO {_TABLE} ({', '.join(EVENT_COLUMNS)}) "
                   f"VALUES ({', '.join('?' * len(EVENT_COLUMNS))}) ON CONFLICT (id) DO NOTHING")
-_STORED_IDS = select(EventRow.id).where(EventRow.id.in_(bindparam("ids", expanding=True)))
+_STORED_IDS = select(EventRow.__table__.c.id).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
+
+
+def stored_ids(session: Session, ids: Sequence[str]) -> set[str]:
+    """Which of `ids` are stored events."""
+    connection = session.connection()
+    return {event_id for chunk in chunks(ids, _IN_LIST) for event_id in connection.scalars(_STORED_IDS, {"ids": chunk})}
 
 
 def sqlite_time(moment: datetime) -> str:
@@ -64,10 +70,7 @@ def sqlite_time(moment: datetime) -> str:
 def _insert_sqlite(session: Session, batch: Sequence[NewEvent], received_at: datetime) -> set[str]:
     """A write transaction holds SQLite's lock from BEGIN IMMEDIATE on (store/db.py), so the ids not stored
     before the INSERT are exactly those it adds."""
-    ids = [item.event.id for item in batch]
-    stored: set[str] = set()
-    for start in range(0, len(ids), _IN_LIST):
-        stored.update(session.scalars(_STORED_IDS, {"ids": ids[start:start + _IN_LIST]}))
+    stored = stored_ids(session, [item.event.id for item in batch])
     received = sqlite_time(received_at)
     rows = [(e.id, e.kind, sqlite_time(e.time), e.host, e.gpu, e.gpu_uuid, e.pid, e.job, e.rank, e.source,
              item.body, item.body_hash, received)

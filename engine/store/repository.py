@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event, canonical_json, format_time, parse_event, text_digest
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
-from gpuslo.engine.store.event_insert import NewEvent, insert_events
+from gpuslo.engine.store.event_insert import NewEvent, insert_events, stored_ids
 from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
 from gpuslo.engine.store.models import (
     EVIDENCE_KEEP_FIRST,
@@ -186,14 +186,9 @@ def record_match(session: Session, match: Match, *, now: datetime) -> ViolationV
     return violation_view(row, notify)
 
 
-_STORED_IDS = select(EventRow.__table__.c.id).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
-
-
 def _require_stored(session: Session, ids: Sequence[str]) -> None:
     """Refuse evidence that is not stored, before anything is written (record_match and the batch path)."""
-    connection = session.connection()
-    stored = {event_id for chunk in chunks(ids, _CHUNK) for event_id in connection.scalars(_STORED_IDS, {"ids": chunk})}
-    missing = set(ids) - stored
+    missing = set(ids) - stored_ids(session, ids)
     if missing:
         raise StoreError(f"record_match: evidence events not stored: {', '.join(sorted(missing))}")
 
