@@ -58,6 +58,9 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
+    "external_alert": MappingProxyType({
+        "alertname": "string", "status": "string", "fingerprint": "string", "severity": "string",
+        "summary": "string", "generator_url": "string", "starts_at": "string", "ends_at": "string"}),
 })
 KINDS: tuple[str, ...] = tuple(KIND_ATTRS)
 
@@ -67,11 +70,13 @@ _REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "token_request": ("request_id", "phase"),
     "gpu_xid": ("xid",),
     "probe_status": ("probe", "state"),
+    "external_alert": ("alertname", "status", "fingerprint"),
 })
 _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("mem_fragmentation", "scope"): ("allocator", "device"),
     ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
     ("token_request", "phase"): ("start", "first_token", "done", "error"),
+    ("external_alert", "status"): ("firing", "resolved"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}

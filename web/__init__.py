@@ -78,6 +78,7 @@ def configure_access(app: Flask, settings: Settings) -> None:
 def register_blueprints(app: Flask) -> None:
     from gpuslo.web.admin_api import admin_api
     from gpuslo.web.api import api
+    from gpuslo.web.integrations_api import integrations_api
     from gpuslo.web.audit_views import audit_ui
     from gpuslo.web.auth_views import auth
     from gpuslo.web.incidents_api import incidents_api
@@ -88,6 +89,7 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.ui import ui
 
     app.register_blueprint(api)
+    app.register_blueprint(integrations_api)
     app.register_blueprint(incidents_api)
     app.register_blueprint(ops)
     app.register_blueprint(ui)

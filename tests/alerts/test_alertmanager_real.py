@@ -4,68 +4,22 @@ the violation's alert appears in its API, is re-sent while firing, resolves, and
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
+from alertmanager_support import ALERTMANAGER_NEEDED
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import outbox
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 LOCAL = "allow_private_network: true, allow_http: true"
 FRAG = {"kind": "mem_fragmentation", "host": "node-7", "gpu": 3,
         "attrs": {"fragmentation_ratio": 0.71, "free_bytes": 2 * 2**30, "largest_free_bytes": 290 * 2**20}}
 
-pytestmark = pytest.mark.skipif(ALERTMANAGER is None, reason="needs Debian's prometheus-alertmanager "
-                                "(scripts/install.sh installs it)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path, receiver_server: Any) -> Iterator[tuple[str, Any]]:
-    """A real Alertmanager routing everything at once to a scripted webhook receiver; (its URL, the receiver)."""
-    behind = receiver_server()
-    port, cluster = _free_port(), _free_port()
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(
-        "route:\n  receiver: hook\n  group_by: [alertname]\n  group_wait: 0s\n  group_interval: 1s\n"
-        "  repeat_interval: 1h\n"
-        f"receivers:\n  - name: hook\n    webhook_configs:\n      - url: {behind.url}/am\n        send_resolved: true\n")
-    log = (tmp_path / "alertmanager.log").open("wb")
-    process = subprocess.Popen(
-        [ALERTMANAGER, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
-         f"--web.listen-address=127.0.0.1:{port}", f"--cluster.listen-address=127.0.0.1:{cluster}",
-         "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("alertmanager did not start: "
-                                   + (tmp_path / "alertmanager.log").read_text()[-2000:])
-            time.sleep(0.1)
-        yield url, behind
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+pytestmark = ALERTMANAGER_NEEDED
 
 
 def _alerts(url: str, **params: str) -> list[dict[str, Any]]:
@@ -82,8 +36,10 @@ def _wait(predicate: Any, timeout: float = 15.0) -> Any:
     raise AssertionError("timed out")
 
 
-def test_violation_fires_resends_and_resolves_in_a_real_alertmanager(database, tmp_path: Path, alertmanager) -> None:
-    url, behind = alertmanager
+def test_violation_fires_resends_and_resolves_in_a_real_alertmanager(database, tmp_path: Path, alertmanager,
+                                                                     receiver_server) -> None:
+    behind = receiver_server()
+    url = alertmanager(f"{behind.url}/am")
     rules = tmp_path / "rules"
     rules.mkdir()
     shutil.copy(Path("rules/memory.yaml"), rules / "memory.yaml")
