@@ -13,7 +13,9 @@ from gpuslo.cli.alerts import alerts
 from gpuslo.cli.probe_logs import logs_command
 from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
+from gpuslo.cli.silences import silences
 from gpuslo.cli.tokens import tokens, users
+from gpuslo.cli.violations import violations
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -35,7 +37,7 @@ def settings_of(ctx: click.Context) -> Settings:
     return settings
 
 
-@click.group(cls=GpusloGroup)
+@click.group(cls=GpusloGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_file",
@@ -159,7 +161,23 @@ def probe() -> None:
     """Run or inspect the node probes."""
 
 
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.pass_context
+def completion(ctx: click.Context, shell: str) -> None:
+    """Print the shell completion script: `eval "$(gpuslo completion bash)"` (in ~/.bashrc), or for zsh
+    `eval "$(gpuslo completion zsh)"`, or `gpuslo completion fish > ~/.config/fish/completions/gpuslo.fish`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # click ships all three; a missing one is a broken install
+        raise click.UsageError(f"no completion for {shell}")
+    click.echo(completer(main, {}, "gpuslo", "_GPUSLO_COMPLETE").source())
+
+
 # Commands written in their own modules.
+main.add_command(violations)
+main.add_command(silences)
 main.add_command(agent)
 main.add_command(alerts)
 probe.add_command(logs_command)

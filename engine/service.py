@@ -14,8 +14,8 @@ from typing import TypeVar
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
 from gpuslo.engine.alerts import AlertsConfig, DeliveryWorker, enqueue_for_change, load_alerts_config
+from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloError, Location, RulebookProblem
 from gpuslo.engine.events import Event, parse_event

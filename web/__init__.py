@@ -78,11 +78,11 @@ def configure_access(app: Flask, settings: Settings) -> None:
 def register_blueprints(app: Flask) -> None:
     from gpuslo.web.admin_api import admin_api
     from gpuslo.web.api import api
-    from gpuslo.web.integrations_api import integrations_api
     from gpuslo.web.audit_views import audit_ui
     from gpuslo.web.auth_views import auth
     from gpuslo.web.incidents_api import incidents_api
     from gpuslo.web.incidents_ui import incidents_ui
+    from gpuslo.web.integrations_api import integrations_api
     from gpuslo.web.notifications_api import notifications_api
     from gpuslo.web.notifications_ui import notifications_ui
     from gpuslo.web.ops import ops

@@ -74,7 +74,7 @@ def fingerprint(dedup_key: str) -> str:
 
 def group_key(rule: str) -> str:
     """Alertmanager's group key for alerts grouped by alertname: `{}:{alertname="<rule>"}`."""
-    return '{}:{alertname=%s}' % json.dumps(rule)
+    return "{}:{alertname=" + json.dumps(rule) + "}"
 
 
 def alertmanager_body(n: Notification, receiver: str, now: datetime | None = None) -> dict[str, object]:

@@ -129,6 +129,6 @@ def test_webhook_alertmanager_format() -> None:
     assert alert["annotations"]["summary"] == "3 OOMs on node-a GPU 0"
     assert alert["endsAt"] == "0001-01-01T00:00:00Z" and alert["startsAt"] == "2026-03-01T11:59:00Z"
     resolved = json.loads(receiver.render(notification("resolve"), "m", NOW).body)
-    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2026-03-01T12:00:05Z"  # when resolved
+    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2026-03-01T12:00:05Z"
     assert resolved["alerts"][0]["fingerprint"] == alert["fingerprint"]
     assert "acknowledge" not in receiver.actions
