@@ -175,6 +175,27 @@ def completion(ctx: click.Context, shell: str) -> None:
     click.echo(completer(main, {}, "gpuslo", "_GPUSLO_COMPLETE").source())
 
 
+@main.command()
+@click.option("--server", default=None, help="Base URL of the gpuslo server (default: the `public_url` setting).")
+@click.option("--token", envvar="GPUSLO_TOKEN", default=None, help="A read-scoped token (or $GPUSLO_TOKEN).")
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+              help="stdio for an assistant that starts it; http serves streamable HTTP on --listen.")
+@click.option("--listen", default="127.0.0.1:8765", show_default=True, help="HOST:PORT for --transport http.")
+@click.pass_context
+def mcp(ctx: click.Context, server: str | None, token: str | None, transport: str, listen: str) -> None:
+    """Run a Model Context Protocol server with read-only tools (list_violations, explain_violation, slo_status,
+    recent_events) over a gpuslo server's API."""
+    from gpuslo.cli.api_client import ApiClient
+    from gpuslo.cli.mcp_server import build_server
+
+    client = ApiClient(server or settings_of(ctx).public_url, token)
+    if transport == "stdio":
+        build_server(client).run("stdio")
+    else:
+        host, _, port = listen.rpartition(":")
+        build_server(client, host=host or "127.0.0.1", port=int(port)).run("streamable-http")
+
+
 # Commands written in their own modules.
 main.add_command(violations)
 main.add_command(silences)
@@ -185,3 +206,7 @@ probe.add_command(tokens_command)
 rules.add_command(rules_test)
 main.add_command(tokens)
 main.add_command(users)
+
+
+if __name__ == "__main__":  # `python -m gpuslo.cli.main`, as the MCP test starts it
+    sys.exit(main())
