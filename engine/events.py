@@ -58,6 +58,9 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
+    "gpu_health": MappingProxyType({
+        "signal": "string", "value": "number", "detail": "string", "fb_used_bytes": _BYTES,
+        "fb_free_bytes": _BYTES, "sm_active": "number", "dram_active": "number"}),
     "external_alert": MappingProxyType({
         "alertname": "string", "status": "string", "fingerprint": "string", "severity": "string",
         "summary": "string", "generator_url": "string", "starts_at": "string", "ends_at": "string"}),
@@ -70,6 +73,7 @@ _REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "token_request": ("request_id", "phase"),
     "gpu_xid": ("xid",),
     "probe_status": ("probe", "state"),
+    "gpu_health": ("signal",),
     "external_alert": ("alertname", "status", "fingerprint"),
 })
 _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
@@ -77,6 +81,7 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
     ("token_request", "phase"): ("start", "first_token", "done", "error"),
     ("external_alert", "status"): ("firing", "resolved"),
+    ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
