@@ -23,7 +23,8 @@ SCHEMA_ID = "https://gpuslo.dev/schema/event.json"
 # Field types as the rule language sees them: "int", "number", "string".
 ENVELOPE_FIELDS: Mapping[str, str] = MappingProxyType(
     {"id": "string", "kind": "string", "host": "string", "gpu": "int", "gpu_uuid": "string",
-     "pid": "int", "job": "string", "rank": "int", "source": "string", "message": "string"}
+     "pid": "int", "job": "string", "rank": "int", "source": "string", "message": "string",
+     "trace_id": "string", "span_id": "string"}
 )
 
 _BYTES = "int"
@@ -129,6 +130,10 @@ def _envelope_schema() -> dict[str, Any]:
             "source": {"type": ["string", "null"], "maxLength": 64},
             "attrs": {"type": "object"},
             "message": {"type": ["string", "null"], "maxLength": MESSAGE_MAX},
+            "trace_id": {"type": ["string", "null"], "pattern": "^(?!0{32})[0-9a-f]{32}$",
+                         "description": "W3C trace id (32 lower-case hex digits) of the request this event saw."},
+            "span_id": {"type": ["string", "null"], "pattern": "^(?!0{16})[0-9a-f]{16}$",
+                        "description": "W3C span id (16 lower-case hex digits) within that trace."},
         },
     }
 
@@ -196,6 +201,8 @@ class Event:
     source: str | None = None
     attrs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     message: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
 
     def get(self, name: str) -> Any:
         """A field by its rule-language name: envelope field, `labels.<key>`, or attribute."""
@@ -214,7 +221,7 @@ class Event:
         """The canonical JSON form (None fields left out)."""
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "time": format_time(self.time),
                                "host": self.host}
-        for name in ("gpu", "gpu_uuid", "pid", "job", "rank", "source"):
+        for name in ("gpu", "gpu_uuid", "pid", "job", "rank", "source", "trace_id", "span_id"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -312,6 +319,7 @@ def parse_event(obj: object) -> Event:
         gpu_uuid=obj.get("gpu_uuid"), pid=obj.get("pid"), job=obj.get("job"), rank=obj.get("rank"),
         labels=MappingProxyType(dict(obj.get("labels") or {})), source=obj.get("source"),
         attrs=MappingProxyType(dict(obj.get("attrs") or {})), message=obj.get("message"),
+        trace_id=obj.get("trace_id"), span_id=obj.get("span_id"),
     )
 
 

@@ -36,6 +36,9 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
 
 
 def configure_app(app: Flask, settings: Settings) -> None:
+    from gpuslo.web.trace_links import check_template
+
+    check_template(settings.trace_url_template)  # a ConfigError at start, not a broken link on every page
     # Werkzeug enforces this on Content-Length and on streamed (chunked) bodies alike.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the documented field order
