@@ -15,9 +15,9 @@ from gpuslo.engine.rulebook.model import SEVERITIES
 from gpuslo.engine.store import notifications, repository
 from gpuslo.engine.violations import STATUSES
 from gpuslo.web.context import current_core
-from gpuslo.web.trace_links import trace_url
 from gpuslo.web.errors import RequestError
 from gpuslo.web.filters import event_filter, violation_filter
+from gpuslo.web.trace_links import trace_url
 
 ui = Blueprint("ui", __name__)
 

@@ -19,7 +19,8 @@ from gpuslo.web.trace_links import check_template
 RULES = Path(__file__).resolve().parents[2] / "rules"
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 OOM = {"id": "oom-traced", "kind": "cuda_oom", "time": "2026-11-29T12:00:00Z", "host": "node-3", "gpu": 1,
-       "trace_id": TRACE, "span_id": SPAN, "attrs": {"requested_bytes": 2**31, "error_name": "cudaErrorMemoryAllocation"}}
+       "trace_id": TRACE, "span_id": SPAN,
+       "attrs": {"requested_bytes": 2**31, "error_name": "cudaErrorMemoryAllocation"}}
 
 
 def _serve(settings: Settings):
