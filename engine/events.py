@@ -59,6 +59,10 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
+    "nccl_progress": MappingProxyType({
+        "comm": "string", "op": "string", "seq": "int", "returned": "int", "count": "int", "state": "string",
+        "idle_ms": "number", "lag": "int", "aborts": "int", "async_error": "int", "last_result": "int",
+        "nranks": "int"}),
     "gpu_health": MappingProxyType({
         "signal": "string", "value": "number", "detail": "string", "fb_used_bytes": _BYTES,
         "fb_free_bytes": _BYTES, "sm_active": "number", "dram_active": "number"}),
@@ -74,6 +78,7 @@ _REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "token_request": ("request_id", "phase"),
     "gpu_xid": ("xid",),
     "probe_status": ("probe", "state"),
+    "nccl_progress": ("op", "seq", "state"),
     "gpu_health": ("signal",),
     "external_alert": ("alertname", "status", "fingerprint"),
 })
@@ -82,6 +87,7 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
     ("token_request", "phase"): ("start", "first_token", "done", "error"),
     ("external_alert", "status"): ("firing", "resolved"),
+    ("nccl_progress", "state"): ("progressing", "idle", "aborted", "error"),
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
