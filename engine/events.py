@@ -60,9 +60,8 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
     "nccl_progress": MappingProxyType({
-        "comm": "string", "op": "string", "seq": "int", "returned": "int", "count": "int", "state": "string",
-        "idle_ms": "number", "lag": "int", "aborts": "int", "async_error": "int", "last_result": "int",
-        "nranks": "int"}),
+        "comm": "string", "op": "string", "seq": "int", "count": "int", "state": "string",
+        "idle_ms": "number", "lag": "int", "aborts": "int", "async_error": "int", "nranks": "int"}),
     "gpu_health": MappingProxyType({
         "signal": "string", "value": "number", "detail": "string", "fb_used_bytes": _BYTES,
         "fb_free_bytes": _BYTES, "sm_active": "number", "dram_active": "number"}),

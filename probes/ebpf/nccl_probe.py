@@ -125,11 +125,9 @@ class CommState:
     pid: int
     comm: int
     calls: int
-    returned: int
     last_enter_ns: int
     last_count: int
     last_op: int
-    last_ret: int
     rank: int | None
     nranks: int | None
     aborts: int
@@ -183,7 +181,7 @@ class NcclProbe:
 
     @staticmethod
     def _hooks() -> list[tuple[str, str, bool]]:
-        hooks = [(c.symbol, f"gs_c_{i}", True) for i, c in enumerate(COLLECTIVES)]
+        hooks = [(c.symbol, f"gs_c_{i}", False) for i, c in enumerate(COLLECTIVES)]  # entries only: cheaper
         hooks += [(name, f"gs_m_{name}", True) for name in COMM_CALLS]
         hooks += [(name, f"gs_g_{name}", False) for name in GROUP_CALLS]
         return hooks
@@ -202,9 +200,9 @@ class NcclProbe:
         out = []
         for key, value in self._bpf[b"comms"].items():
             out.append(CommState(
-                pid=int(key.pid), comm=int(key.comm), calls=int(value.calls), returned=int(value.returned),
+                pid=int(key.pid), comm=int(key.comm), calls=int(value.calls),
                 last_enter_ns=int(value.last_enter_ns), last_count=int(value.last_count),
-                last_op=int(value.last_op), last_ret=int(value.last_ret),
+                last_op=int(value.last_op),
                 rank=None if value.rank == NO_RANK else int(value.rank), nranks=int(value.nranks) or None,
                 aborts=int(value.aborts), async_error=int(value.async_error)))
         return out
@@ -267,10 +265,9 @@ class NcclProbe:
         nranks = state.nranks or _int(identity.get("WORLD_SIZE"))
         local = _int(identity.get("LOCAL_RANK"))
         attrs: dict[str, Any] = {
-            "comm": f"{state.comm:#x}", "op": state.op, "seq": state.calls, "returned": state.returned,
+            "comm": f"{state.comm:#x}", "op": state.op, "seq": state.calls,
             "count": state.last_count, "state": kind, "idle_ms": round(max(idle_ns, 0) / 1e6, 3),
             "lag": max(most - state.calls, 0), "aborts": state.aborts, "async_error": state.async_error,
-            "last_result": state.last_ret,
         }
         if nranks:
             attrs["nranks"] = nranks
