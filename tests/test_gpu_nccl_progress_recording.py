@@ -1,4 +1,4 @@
-"""The NCCL eBPF probe on one H200 (scripts/gpu-nccl-probe.sh, 2026-12-01 11:42 UTC; the two-GPU kind was not lent).
+"""The NCCL eBPF probe on one H200 (scripts/gpu-nccl-probe.sh, 2026-12-01 11:37 UTC; the two-GPU kind was not lent).
 
 A real one-rank PyTorch NCCL job (torch 2.11, the wheel's own nvidia/nccl/lib/libnccl.so.2, found in the job's
 /proc/PID/maps) ran 200 + 200 all-reduces with the probe attached from before its first collective, then 20,000
