@@ -23,6 +23,7 @@ from gpuslo.engine.rulebook.model import (
     Slo,
     Trigger,
 )
+from gpuslo.engine.slo.build import build_sli
 from gpuslo.engine.units import parse_duration
 
 DEFAULT_GROUP_BY: tuple[str, ...] = ("host",)
@@ -119,6 +120,7 @@ def build_rulebook(doc: Document, source: str) -> Rulebook:
             objective=s["objective"],
             window=s["window"],
             description=s.get("description", ""),
+            indicator=build_sli(doc, data["rulebook"], sid, s),
         )
         for sid, s in data["slos"].items()
     }

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from gpuslo.engine.errors import Location
+
+if TYPE_CHECKING:
+    from gpuslo.engine.slo.model import Sli
 
 SEVERITIES: tuple[str, ...] = ("critical", "error", "warning", "info")
 
@@ -151,6 +155,7 @@ class Slo:
     objective: str
     window: str
     description: str = ""
+    indicator: Sli | None = None  # the measured SLI (`indicator:`), None when the SLO is text only
 
 
 CLEAR_ALIAS = "resolve"  # the alias of a rule's clearing pattern; no correlation pattern may take it

@@ -10,6 +10,7 @@ from gpuslo.engine.rulebook.rule_checks import rule_problems
 from gpuslo.engine.rulebook.schema_check import schema_problems
 from gpuslo.engine.rulebook.value_checks import duration_problem
 from gpuslo.engine.rulebook.version_check import requires_problems
+from gpuslo.engine.slo.checks import indicator_problems
 
 
 def validate(doc: Document) -> list[RulebookProblem]:
@@ -28,6 +29,7 @@ def semantic_problems(doc: Document) -> list[RulebookProblem]:
     for slo_id, slo in ctx.slos.items():
         if isinstance(slo, dict):
             problems.extend(duration_problem(doc, ("slos", slo_id, "window"), slo.get("window"), None))
+            problems.extend(indicator_problems(ctx, slo_id, slo))
     for name in ctx.macros:
         if name in KEYWORDS:
             problems.append(

@@ -1,0 +1,64 @@
+"""Conditions of the rule language compiled once into Python predicates over one event (no durable_rules).
+
+The semantics are the engine's and the explainer's (`explain.condition_holds`): a missing field never
+satisfies a comparison, negated or not; `contains`/`matches` are the runtime's text tests. A property test
+checks the two agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuslo.engine.events import Event
+from gpuslo.engine.explain import text_test
+from gpuslo.engine.rulebook.compile import negation_normal_form
+from gpuslo.engine.rulebook.model import And, Compare, Exists, Expr, Literal, Not, Or
+
+Predicate = Callable[[Event], bool]
+
+
+def _always(_event: Event) -> bool:
+    return True
+
+
+def _compare(leaf: Compare, negated: bool) -> Predicate:
+    name, op = leaf.left.name, leaf.op
+    if not isinstance(leaf.right, Literal):  # an alias reference cannot occur in a single-event SLI condition
+        raise ValueError(f"SLI conditions compare with constants, not {leaf.right}")
+    expected = leaf.right.value
+
+    def holds(event: Event) -> bool:
+        observed = event.get(name)
+        if observed is None:
+            return False
+        try:
+            return text_test(op, observed, expected) != negated  # type: ignore[arg-type]
+        except TypeError:
+            return False
+    return holds
+
+
+def _exists(leaf: Exists, negated: bool) -> Predicate:
+    name = leaf.field.name
+    return lambda event: (event.get(name) is None) == negated
+
+
+def _build(node: Expr) -> Predicate:
+    if isinstance(node, And):
+        items = tuple(_build(i) for i in node.items)
+        return lambda event: all(item(event) for item in items)
+    if isinstance(node, Or):
+        items = tuple(_build(i) for i in node.items)
+        return lambda event: any(item(event) for item in items)
+    negated = isinstance(node, Not)
+    leaf = node.item if isinstance(node, Not) else node
+    if isinstance(leaf, Exists):
+        return _exists(leaf, negated)
+    if isinstance(leaf, Compare):
+        return _compare(leaf, negated)
+    raise ValueError(f"not a leaf in negation normal form: {leaf}")
+
+
+def predicate(expr: Expr | None) -> Predicate:
+    """The condition as a function of one event; no condition holds for every event."""
+    return _always if expr is None else _build(negation_normal_form(expr))
