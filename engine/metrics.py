@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -30,3 +32,17 @@ class Metrics:
         self.late_events = Counter(
             "gpuslo_late_events", "Events older than the allowed lateness when they reached the engine.",
             registry=self.registry)
+        self.slo_events = Counter(
+            "gpuslo_slo_events", "Request events counted by SLIs, by SLO and whether they were good.",
+            ["slo", "good"], registry=self.registry)
+
+    def count_sli(self, deltas: Mapping[tuple[str, str, int], Sequence[int]]) -> None:
+        """Count one stored batch of SLI buckets (good, total per bucket) into gpuslo_slo_events_total."""
+        by_slo: dict[str, list[int]] = {}
+        for (slo, _key, _minute), counts in deltas.items():
+            sums = by_slo.setdefault(slo, [0, 0])
+            sums[0] += counts[0]
+            sums[1] += counts[1]
+        for slo, (good, total) in by_slo.items():
+            self.slo_events.labels(slo, "true").inc(good)
+            self.slo_events.labels(slo, "false").inc(total - good)

@@ -26,6 +26,7 @@ from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_ma
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
 from gpuslo.engine.rulebook.model import CLEAR_ALIAS, Absence, Count, Rule, Rulebook, SingleEvent
+from gpuslo.engine.slo.counter import SliBatch, SloCounter, SloSeed
 from gpuslo.engine.violations import Clear, Match
 from gpuslo.engine.windows import Windows
 
@@ -51,6 +52,7 @@ class EngineResult:
     events: tuple[Event, ...]
     matches: tuple[Match, ...]
     clears: tuple[Clear, ...] = ()
+    sli: SliBatch | None = None  # the SLI buckets the batch counted (engine/slo), stored in its transaction
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def window_scope(rulebook: Rulebook, rule: Rule) -> str:
 class RuleEvaluator:
     """Evaluates events against compiled rulebooks on the caller's thread (the engine thread, or a backtest)."""
 
-    def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None):
+    def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None, measure_slos: bool = True):
         self._active: tuple[_Unit, ...] = ()
         self._clears: list[Clear] = []  # of the batch being evaluated
         self._windows = Windows(lateness_s)
@@ -99,14 +101,16 @@ class RuleEvaluator:
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
         self._renderer = SummaryRenderer()
+        self.slo = SloCounter(enabled=measure_slos)  # SLI counting and burn alerts (off for rule tests)
         self._lock = threading.RLock()
 
     @property
     def rulebooks(self) -> tuple[Rulebook, ...]:
         return tuple(unit.compiled.rulebook for unit in self._active)
 
-    def load(self, rulebooks: Sequence[Rulebook]) -> None:
-        """Compile and register the rulebooks, then swap them in; on failure the old ones keep running."""
+    def load(self, rulebooks: Sequence[Rulebook], slo_seed: SloSeed | None = None) -> None:
+        """Compile and register the rulebooks, then swap them in; on failure the old ones keep running.
+        SLIs new to the evaluator start from `slo_seed` (the stored buckets)."""
         units = []
         for rulebook in rulebooks:
             compiled = compile_rulebook(rulebook, ruleset=matcher.unique_name(
@@ -125,6 +129,7 @@ class RuleEvaluator:
             self._windows.forget(set(self._scopes) - set(scopes))
             self._scopes = scopes
             self._action_scopes = action_scopes
+            self.slo.load(rulebooks, slo_seed)
 
     def _fact(self, event: Event, unit: _Unit, timestamp: float) -> dict[str, Any]:
         fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": timestamp}
@@ -181,13 +186,14 @@ class RuleEvaluator:
                     matches += self._absences(timestamp)  # silences that ended before this event are due first
                 matches += self._evaluate_one(event, timestamp)
             matches += self._absences(self._watermark)
+            matches += self.slo.catch_up(self._watermark, self._clears)
             self._expire()
             clears, self._clears = self._clears, []
             if self._watermark > watermark:
                 self._advanced_at = time.monotonic()
             if events:
                 self._metrics.engine_batch_seconds.observe(time.perf_counter() - started)
-        return EngineResult(tuple(events), tuple(matches), tuple(clears))
+        return EngineResult(tuple(events), tuple(matches), tuple(clears), self.slo.drain())
 
     def tick(self, now: float) -> list[Match]:
         """Absence checks at event time `now` (between batches; batches check at their own event times)."""
@@ -223,6 +229,7 @@ class RuleEvaluator:
                 match = self._on_fire(unit.compiled, action, event)
                 if match is not None:
                     matches.append(match)
+        matches += self.slo.observe(event, timestamp, self._clears)
         return matches
 
     def _on_fire(self, unit: CompiledRulebook, name: str, event: Event) -> Match | None:
@@ -273,8 +280,8 @@ class Runtime:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpuslo-engine", daemon=True)
 
-    def load(self, rulebooks: Sequence[Rulebook]) -> None:
-        self.evaluator.load(rulebooks)
+    def load(self, rulebooks: Sequence[Rulebook], slo_seed: SloSeed | None = None) -> None:
+        self.evaluator.load(rulebooks, slo_seed)
 
     def start(self) -> None:
         self._thread.start()

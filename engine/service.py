@@ -24,6 +24,10 @@ from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
+from gpuslo.engine.slo import report as slo_report
+from gpuslo.engine.slo import store as slo_store
+from gpuslo.engine.slo.metrics import SloCollector
+from gpuslo.engine.slo.model import Sli
 from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
@@ -86,6 +90,9 @@ class Gpuslo:
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.run_retention, "interval", seconds=RETENTION_INTERVAL_S, id="retention",
                                max_instances=1, coalesce=True)
+        self.scheduler.add_job(self.run_slo_retention, "interval", seconds=RETENTION_INTERVAL_S,
+                               id="slo-retention", max_instances=1, coalesce=True)
+        metrics.registry.register(SloCollector(self.slo_groups))
         if settings.rules_poll_seconds > 0:  # hot reload when a rulebook file changes
             self.scheduler.add_job(self.reload_if_changed, "interval", seconds=settings.rules_poll_seconds,
                                    id="rules-watch", max_instances=1, coalesce=True)
@@ -149,7 +156,7 @@ class Gpuslo:
                          if r.location.file in broken_files and r.name not in loaded)
             chosen = good + kept
             try:
-                self.runtime.load(chosen)
+                self.runtime.load(chosen, self._stored_buckets)
             except EngineError as exc:
                 problems += (RulebookProblem(Location(str(directory)), str(exc)),)
                 chosen = self._status.rulebooks
@@ -241,9 +248,46 @@ class Gpuslo:
                 audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
                              target_id=view.id, after={"status": view.status}, detail="cleared by an event")
                 self._notify(session, view, now)
+            slo_store.record_sli(session, result.sli, self._burn_rules())  # after the matches: they may be causes
             repository.mark_processed(session, [e.id for e in result.events], now)
         for match in result.matches:
             self.metrics.violations.labels(match.rule_id).inc()
+        if result.sli is not None:
+            self.metrics.count_sli(result.sli.deltas)
+
+    # ---- measured SLOs (engine/slo) ----
+
+    def slis(self) -> tuple[Sli, ...]:
+        """The SLIs the engine counts now."""
+        return self.runtime.evaluator.slo.slis
+
+    def _burn_rules(self) -> list[str]:
+        return [sli.alert_rule_id(alert) for sli in self.slis() for alert in sli.policy]
+
+    def _stored_buckets(self, sli: Sli) -> list[tuple[str, int, int, int]]:
+        with self.database.session(readonly=True) as session:
+            return list(slo_store.stored_buckets(session, sli))
+
+    def slo_groups(self) -> list[slo_report.SloGroup]:
+        with self.database.session(readonly=True) as session:
+            return slo_report.slo_groups(session, self.slis())
+
+    def slo_group(self, group_id: str) -> slo_report.SloGroup | None:
+        with self.database.session(readonly=True) as session:
+            return slo_report.slo_group(session, self.slis(), group_id)
+
+    def violation_costs(self, violation_id: int) -> list[slo_report.ViolationCost]:
+        with self.database.session(readonly=True) as session:
+            return slo_report.violation_costs(session, self.slis(), violation_id)
+
+    def run_slo_retention(self, now: datetime | None = None) -> int:
+        """The periodic job: drop SLI buckets older than each SLO's window plus a day."""
+        try:
+            with self.database.session() as session:
+                return slo_store.prune(session, self.slis(), now or _now())
+        except GpusloError:
+            log.exception("SLO retention failed; it runs again in %.0f s", RETENTION_INTERVAL_S)
+            return 0
 
     # ---- incident lifecycle (human actions and the periodic job) ----
 

@@ -74,3 +74,16 @@ def is_duration_literal(text: str) -> bool:
     """True when `text` spells a duration (`250us`)."""
     match = _LITERAL.fullmatch(text)
     return bool(match) and match.group(2) in DURATION_UNITS
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as the two largest units that divide it: 300 → `5m`, 4200 → `1h 10m`, 259200 → `3d`."""
+    left = int(round(seconds))
+    if left <= 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join(parts[:2])

@@ -157,11 +157,12 @@ def check_case(case: RuleTestCase, got: Sequence[Match]) -> tuple[str, ...]:
 
 
 def run_case(rulebook: Rulebook, case: RuleTestCase, *, lateness_s: float = 60.0) -> CaseResult:
-    """Evaluate the case's events, in file order, with a fresh evaluator loaded with this one rulebook.
+    """Evaluate the case's events, in file order, with a fresh evaluator loaded with this one rulebook's rules
+    (its SLIs' burn alerts are not part of rule tests).
 
     The clock follows event time: before each event it ticks to that event's time (so a silence that one
     late event ends still counts for absence rules), and at the end to `until` when the case gives it."""
-    evaluator = RuleEvaluator(lateness_s=lateness_s)
+    evaluator = RuleEvaluator(lateness_s=lateness_s, measure_slos=False)  # rules only; tests/slo test the SLIs
     evaluator.load([rulebook])
     got: list[Match] = []
     for event in case.events:

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -237,3 +238,49 @@ class SilenceRow(Base):
     __table_args__ = (
         Index("ix_silences_expired_at_ends_at", "expired_at", "ends_at"),
     )
+
+
+class SloBucketRow(Base):
+    """good/total requests of one SLO group in one minute (engine/slo); `attributed`: bad ones charged to a
+    violation. Kept for the SLO window plus a margin."""
+
+    __tablename__ = "slo_buckets"
+
+    slo_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    group_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # seconds since the epoch // 60
+    good: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[int] = mapped_column(BigInteger)
+    attributed: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_slo_buckets_slo_id_minute", "slo_id", "minute"),)
+
+
+class SloHourRow(Base):
+    """The same counts rolled up per hour (written beside the minutes), so a 28-day window sums ~700 rows."""
+
+    __tablename__ = "slo_hours"
+
+    slo_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    group_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # minute // 60
+    good: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[int] = mapped_column(BigInteger)
+    attributed: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_slo_hours_slo_id_hour", "slo_id", "hour"),)
+
+
+class SloCauseRow(Base):
+    """Bad requests of one SLO group in one minute charged to a violation open for them at their time."""
+
+    __tablename__ = "slo_causes"
+
+    slo_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    group_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    violation_id: Mapped[int] = mapped_column(ForeignKey("violations.id", ondelete="CASCADE"), primary_key=True)
+    bad: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_slo_causes_violation_id", "violation_id"),
+                      Index("ix_slo_causes_slo_id_minute", "slo_id", "minute"))

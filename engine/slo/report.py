@@ -1,0 +1,216 @@
+"""What the API, UI and /metrics show of each SLO group: window totals, budget, burn rates, causes.
+
+Figures are as of the SLO's newest counted minute (the stream's clock, so a replayed incident reads as it
+happened). A lookback of W sums the minutes m − W + 1 … m, the same buckets the engine's burn alerts sum;
+windows longer than 6 h read whole hours from slo_hours and only their two partial hours from slo_buckets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy.orm import Session
+
+from gpuslo.engine.slo.counter import _parse_key, window_start_minute
+from gpuslo.engine.slo.maths import budget_remaining, burn_rate, exhaustion_s
+from gpuslo.engine.slo.model import BUCKET_S, LOOKBACKS, Sli
+from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloHourRow, ViolationRow
+
+_B, _H, _C, _V = (SloBucketRow.__table__.c, SloHourRow.__table__.c, SloCauseRow.__table__.c,
+                  ViolationRow.__table__.c)
+_RECENT_M = 360  # lookbacks up to 6 h are summed from minutes alone
+
+
+def slo_group_id(slo_id: str, key: str) -> str:
+    """A URL-safe id of one SLO group: the SLO id alone when it has no group_by."""
+    return slo_id if key == "-" else f"{slo_id}~{hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class Cause:
+    rule_id: str
+    violation_id: int
+    group_key: str
+    bad: int
+    share: float  # of the window's error budget
+
+
+@dataclass(frozen=True)
+class SloGroup:
+    """One SLO group's figures."""
+
+    id: str
+    sli: Sli
+    group_key: str
+    group: dict[str, Any]
+    as_of_minute: int
+    good: int
+    total: int
+    attributed: int
+    lookbacks: dict[str, tuple[int, int]]
+    causes: tuple[Cause, ...] = field(default=())
+
+    @property
+    def remaining(self) -> float:
+        return budget_remaining(self.good, self.total, self.sli.target)
+
+    @property
+    def budget(self) -> float:
+        return (1 - self.sli.target) * self.total
+
+    def burn_rates(self) -> dict[str, float]:
+        return {name: round(burn_rate(g, t, self.sli.target), 4) for name, (g, t) in self.lookbacks.items()}
+
+    @property
+    def exhaustion_s(self) -> float | None:
+        return exhaustion_s(self.remaining, self.sli.window_s, burn_rate(*self.lookbacks["1h"], self.sli.target))
+
+    @property
+    def unattributed(self) -> float:
+        """The share of the budget spent by bad requests no violation was open for."""
+        bad = self.total - self.good - self.attributed
+        return round(bad / self.budget, 4) if self.budget else 0.0
+
+    def to_dict(self, *, causes: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "slo": self.sli.slo_id, "service": self.sli.service, "objective": self.sli.target,
+            "description": self.sli.description, "window_s": self.sli.window_s, "calendar": self.sli.calendar,
+            "group": self.group, "good": self.good, "total": self.total,
+            "error_budget_remaining": round(self.remaining, 4), "burn_rates": self.burn_rates(),
+            "exhaustion_s": None if self.exhaustion_s is None else round(self.exhaustion_s),
+            "as_of": self.as_of_minute * BUCKET_S}
+        if causes:
+            out["causes"] = [{"rule_id": c.rule_id, "violation_id": c.violation_id, "group_key": c.group_key,
+                              "bad": c.bad, "share": round(c.share, 4)} for c in self.causes]
+            out["unattributed"] = self.unattributed
+        return out
+
+
+def _ranges(sli: Sli, now: int) -> dict[str, int]:
+    """First minute of each lookback and of the budget window, as of minute `now`."""
+    firsts = {name: now - seconds // BUCKET_S + 1 for name, seconds in LOOKBACKS}
+    firsts["window"] = window_start_minute(sli, now)
+    return firsts
+
+
+def _sum_case(column: Any, condition: Any) -> Any:
+    return func.coalesce(func.sum(case((condition, column), else_=0)), 0)
+
+
+def _figures(session: Session, sli: Sli, now: int) -> dict[str, dict[str, list[int]]]:
+    """group key → range name → [good, total, attributed]."""
+    firsts = _ranges(sli, now)
+    found: dict[str, dict[str, list[int]]] = {}
+
+    def add(rows: Any, names: list[str]) -> None:
+        for row in rows:
+            sums = found.setdefault(row[0], {})
+            for i, name in enumerate(names):
+                part = sums.setdefault(name, [0, 0, 0])
+                for j in range(3):
+                    part[j] += int(row[1 + 3 * i + j])
+
+    short = {n: f for n, f in firsts.items() if now - f < _RECENT_M}
+    long = {n: f for n, f in firsts.items() if now - f >= _RECENT_M}
+    # Minutes of the last 6 h: the short lookbacks whole, and the trailing partial hour of the long ones.
+    cols, names = [], []
+    for name, first in short.items():
+        names.append(name)
+        cols += [_sum_case(_B[c], _B.minute >= first) for c in ("good", "total", "attributed")]
+    tail = (now + 1) // 60 * 60  # the first minute of the hour `now` is in, when that hour is not complete
+    for name in long:
+        names.append(name)
+        cols += [_sum_case(_B[c], _B.minute >= tail) for c in ("good", "total", "attributed")]
+    add(session.execute(select(_B.group_key, *cols).where(_B.slo_id == sli.slo_id, _B.minute > now - _RECENT_M,
+                                                          _B.minute <= now).group_by(_B.group_key)), names)
+    if not long:
+        return found
+    # Whole hours [ceil(first / 60), tail / 60), and the leading partial hour's minutes [first, ceil(first / 60) * 60).
+    cols, names, edges = [], [], []
+    for name, first in long.items():
+        head = -(-first // 60)
+        names.append(name)
+        cols += [_sum_case(_H[c], and_(_H.hour >= head, _H.hour < tail // 60)) for c in ("good", "total", "attributed")]
+        edges.append((name, first, head * 60))
+    add(session.execute(select(_H.group_key, *cols).where(_H.slo_id == sli.slo_id,
+                                                          _H.hour >= min(-(-f // 60) for f in long.values()),
+                                                          _H.hour < tail // 60).group_by(_H.group_key)), names)
+    cols = []
+    for _name, first, end in edges:
+        cols += [_sum_case(_B[c], and_(_B.minute >= first, _B.minute < end)) for c in ("good", "total", "attributed")]
+    within = or_(*(and_(_B.minute >= first, _B.minute < end) for _n, first, end in edges))
+    add(session.execute(select(_B.group_key, *cols).where(_B.slo_id == sli.slo_id, within)
+                        .group_by(_B.group_key)), [name for name, _f, _e in edges])
+    return found
+
+
+def newest_minute(session: Session, slo_id: str) -> int | None:
+    return session.execute(select(func.max(_B.minute)).where(_B.slo_id == slo_id)).scalar()
+
+
+def slo_groups(session: Session, slis: Sequence[Sli]) -> list[SloGroup]:
+    """Every group of every SLI, in SLI then group key order."""
+    groups = []
+    for sli in slis:
+        now = newest_minute(session, sli.slo_id)
+        if now is None:
+            continue
+        for key, sums in sorted(_figures(session, sli, now).items()):
+            window = sums.get("window", [0, 0, 0])
+            groups.append(SloGroup(slo_group_id(sli.slo_id, key), sli, key, _parse_key(key, sli.group_by), now,
+                                   window[0], window[1], window[2],
+                                   {name: tuple(sums.get(name, [0, 0])[:2]) for name, _ in LOOKBACKS})) # type: ignore[misc]
+    return groups
+
+
+def causes_of(session: Session, group: SloGroup, limit: int = 50) -> tuple[Cause, ...]:
+    """Budget spent by cause over the group's window: per violation, its bad requests and share of the budget."""
+    first = window_start_minute(group.sli, group.as_of_minute)
+    rows = session.execute(
+        select(_C.violation_id, _V.rule_id, _V.group_key, func.sum(_C.bad).label("bad"))
+        .join(ViolationRow.__table__, _V.id == _C.violation_id)
+        .where(_C.slo_id == group.sli.slo_id, _C.group_key == group.group_key, _C.minute >= first,
+               _C.minute <= group.as_of_minute)
+        .group_by(_C.violation_id, _V.rule_id, _V.group_key).order_by(func.sum(_C.bad).desc(), _C.violation_id)
+        .limit(limit))
+    budget = group.budget
+    return tuple(Cause(r.rule_id, r.violation_id, r.group_key, int(r.bad), int(r.bad) / budget if budget else 0.0)
+                 for r in rows)
+
+
+def slo_group(session: Session, slis: Sequence[Sli], group_id: str) -> SloGroup | None:
+    """One group with its causes, or None."""
+    slo_id = group_id.split("~", 1)[0]
+    for group in slo_groups(session, [s for s in slis if s.slo_id == slo_id]):
+        if group.id == group_id:
+            return SloGroup(**{**group.__dict__, "causes": causes_of(session, group)})
+    return None
+
+
+@dataclass(frozen=True)
+class ViolationCost:
+    """What one violation cost an SLO group: its bad requests and their share of the group's budget."""
+
+    group_id: str
+    slo_id: str
+    bad: int
+    share: float
+
+
+def violation_costs(session: Session, slis: Sequence[Sli], violation_id: int) -> list[ViolationCost]:
+    rows = session.execute(select(_C.slo_id, _C.group_key, func.sum(_C.bad)).where(_C.violation_id == violation_id)
+                           .group_by(_C.slo_id, _C.group_key)).all()
+    if not rows:
+        return []
+    groups = {(g.sli.slo_id, g.group_key): g for g in slo_groups(session, [s for s in slis
+                                                                           if s.slo_id in {r[0] for r in rows}])}
+    costs = []
+    for slo_id, key, bad in rows:
+        group = groups.get((slo_id, key))
+        budget = group.budget if group else 0.0
+        costs.append(ViolationCost(slo_group_id(slo_id, key), slo_id, int(bad), int(bad) / budget if budget else 0.0))
+    return costs
