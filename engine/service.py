@@ -276,6 +276,10 @@ class Gpuslo:
         with self.database.session(readonly=True) as session:
             return slo_report.slo_group(session, self.slis(), group_id)
 
+    def slo_history(self, group: slo_report.SloGroup) -> list[tuple[int, float]]:
+        with self.database.session(readonly=True) as session:
+            return slo_report.hourly_burn(session, group)
+
     def violation_costs(self, violation_id: int) -> list[slo_report.ViolationCost]:
         with self.database.session(readonly=True) as session:
             return slo_report.violation_costs(session, self.slis(), violation_id)

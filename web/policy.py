@@ -28,6 +28,10 @@ ROUTE_POLICY: dict[str, str] = {
     "ui.violation": READ,
     "ui.rulebooks": READ,
     "ui.events": READ,
+    "slos_api.list_slos": READ,
+    "slos_api.get_slo": READ,
+    "slos_ui.slos_page": READ,
+    "slos_ui.slo_page": READ,
     # lifecycle and silences
     "incidents_api.change_status": OPERATE,
     "incidents_api.add_comment": OPERATE,

@@ -94,7 +94,7 @@ def violation(violation_id: int) -> str:
     if detail is None:
         raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
     return render_template("violation.html", v=detail, explanation=detail.explanation or {},
-                           notifications=sent or ())
+                           notifications=sent or (), costs=current_core().violation_costs(violation_id))
 
 
 @ui.get("/rulebooks")

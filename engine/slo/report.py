@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select
@@ -53,6 +54,11 @@ class SloGroup:
     attributed: int
     lookbacks: dict[str, tuple[int, int]]
     causes: tuple[Cause, ...] = field(default=())
+
+    @property
+    def as_of(self) -> datetime:
+        """The end of the newest counted minute."""
+        return datetime.fromtimestamp((self.as_of_minute + 1) * BUCKET_S, UTC)
 
     @property
     def remaining(self) -> float:
@@ -214,3 +220,12 @@ def violation_costs(session: Session, slis: Sequence[Sli], violation_id: int) ->
         budget = group.budget if group else 0.0
         costs.append(ViolationCost(slo_group_id(slo_id, key), slo_id, int(bad), int(bad) / budget if budget else 0.0))
     return costs
+
+
+def hourly_burn(session: Session, group: SloGroup) -> list[tuple[int, float]]:
+    """(hour start in epoch seconds, burn rate of that hour) over the group's window, oldest first."""
+    first = window_start_minute(group.sli, group.as_of_minute) // 60
+    rows = session.execute(select(_H.hour, _H.good, _H.total).where(
+        _H.slo_id == group.sli.slo_id, _H.group_key == group.group_key, _H.hour >= first,
+        _H.hour <= group.as_of_minute // 60).order_by(_H.hour))
+    return [(int(hour) * 3600, burn_rate(int(good), int(total), group.sli.target)) for hour, good, total in rows]
