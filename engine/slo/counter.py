@@ -97,8 +97,13 @@ class _Tracked:
             for pair in alert.pairs:
                 pairs.append((pair, figures(*ring.lookback(self.index[pair.long_s]), pair.long_s, target),
                               figures(*ring.lookback(self.index[pair.short_s]), pair.short_s, target)))
-        good, total = ring.since(window_start_minute(self.sli, ring.now))
-        return BurnState(tuple(pairs), good, total)
+        return BurnState(tuple(pairs), *self.window(ring))
+
+    def window(self, ring: GroupRing) -> tuple[int, int]:
+        """good/total over the budget's window: a running sum, or summed from the month's start."""
+        if self.sli.calendar:
+            return ring.since(window_start_minute(self.sli, ring.now))
+        return ring.lookback(self.index[self.sli.window_s])
 
 
 def _fingerprint(sli: Sli) -> tuple[Any, ...]:
@@ -220,7 +225,7 @@ class SloCounter:
         for tracked in self._tracked.values():
             for group in tracked.groups.values():
                 ring = group.ring
-                good, total = ring.since(window_start_minute(tracked.sli, ring.now))
+                good, total = tracked.window(ring)
                 lookbacks = {name: ring.lookback(tracked.index[seconds]) for name, seconds in LOOKBACKS}
                 found.append(GroupFigures(tracked.sli, group.key, dict(group.group), ring.now, good, total,
                                           lookbacks))

@@ -70,6 +70,8 @@ class Sli:
         """Every lookback the counter keeps running sums for: the reported ones and the policy's."""
         seconds = {s for _, s in LOOKBACKS}
         seconds |= {s for alert in self.policy for pair in alert.pairs for s in (pair.long_s, pair.short_s)}
+        if not self.calendar:
+            seconds.add(self.window_s)  # the budget's rolling window is one more running sum
         return tuple(sorted(seconds))
 
     def retention_s(self) -> float:
