@@ -14,7 +14,10 @@ from gpuslo.engine.backtest import BacktestResult, Comparison, FoldedViolation, 
 from gpuslo.engine.errors import RulebookError
 from gpuslo.engine.events import format_time
 from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.explain import group_key
 from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.slo.counter import GroupFigures
+from gpuslo.engine.slo.maths import budget_remaining, burn_rate
 
 FORMATS = ("text", "jsonl")
 PROGRESS_MIN_BYTES = 1 << 20  # smaller files finish before a bar is worth drawing
@@ -50,7 +53,16 @@ def render(result: BacktestResult, rules_dir: Path, fmt: str) -> Iterable[str]:
         yield from (_json_line(v) for v in result.violations)
         return
     yield from (_text_line(v) for v in result.violations)
+    yield from (budget_line(f) for f in result.slos)
     yield _totals(result, rules_dir)
+
+
+def budget_line(f: GroupFigures) -> str:
+    """One measured SLO group at the end of the file: window counts, budget left, burn rates."""
+    sli = f.sli
+    rates = " ".join(f"{name} {burn_rate(good, total, sli.target):.3g}x" for name, (good, total) in f.lookbacks.items())
+    return (f"slo {sli.slo_id}  [{group_key(f.group)}]  {f.total - f.good} bad of {f.total}  budget left "
+            f"{100 * budget_remaining(f.good, f.total, sli.target):.1f} %  burn {rates}")
 
 
 def render_comparison(diff: Comparison, base_dir: Path, other_dir: Path, fmt: str) -> Iterable[str]:

@@ -16,6 +16,7 @@ from gpuslo.engine.errors import EventError, GpusloError
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import RuleEvaluator
+from gpuslo.engine.slo.counter import GroupFigures
 from gpuslo.engine.violations import Match
 
 _BATCH = 500
@@ -71,6 +72,7 @@ class BacktestResult:
     duplicates: int
     violations: tuple[FoldedViolation, ...]
     bad_lines: tuple[BadLine, ...]
+    slos: tuple[GroupFigures, ...] = ()  # every measured SLO group's budget and burn at the end of the file
 
     @property
     def matches(self) -> int:
@@ -169,7 +171,8 @@ def backtest(path: Path, rulebook_sets: Sequence[Sequence[Rulebook]], *, latenes
             if len(batch) >= _BATCH:
                 flush()
     flush()
-    return tuple(BacktestResult(events, duplicates, tuple(f.folded.values()), tuple(bad)) for f in folders)
+    return tuple(BacktestResult(events, duplicates, tuple(f.folded.values()), tuple(bad), tuple(e.slo.figures()))
+                 for f, e in zip(folders, evaluators, strict=True))
 
 
 def compare(base: BacktestResult, candidate: BacktestResult) -> Comparison:

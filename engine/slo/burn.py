@@ -77,7 +77,8 @@ def burn_match(rulebook: Rulebook, sli: Sli, alert: BurnAlert, state: BurnState,
     summary = (f"SLO {sli.slo_id}{f' ({where})' if where else ''} burned {long.burn:.3g}× over "
                f"{format_duration(long.seconds)} and {short.burn:.3g}× over {format_duration(short.seconds)} "
                f"(≥ {pair.burn:g}×); {_percent(spent)} of the budget spent"
-               + ("" if left is None else f", exhausted in {format_duration(int(left))} at this rate"))
+               + ("" if left is None else ", the budget is exhausted" if left <= 0
+                  else f", exhausted in {format_duration(int(left))} at this rate"))
     return Match(
         rule_id=sli.alert_rule_id(alert), rule_title=f"Error budget of {sli.slo_id} burning ({alert.name})",
         rulebook=rulebook.name, rulebook_version=rulebook.version, rulebook_hash=rulebook.content_hash,

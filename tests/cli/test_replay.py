@@ -23,6 +23,9 @@ EXPECTED_VIOLATIONS = {
     # Correlations: fragmentation followed by stalls on the same GPU; two ranks timing out on one collective.
     "fragmentation-then-stall": ("gpu-node-7", 3, 2),
     "collective-hang": ("gpu-node-12", 5, 1),
+    # Measured SLOs: the slow requests burn the token-latency budget of the endpoint (rules/latency.yaml).
+    "token-latency-burn-page": ("gpu-node-7", 3, 1),
+    "token-latency-burn-ticket": ("gpu-node-7", 3, 1),
 }
 
 
