@@ -13,8 +13,8 @@ import click
 from gpuslo.engine.backtest import BacktestResult, Comparison, FoldedViolation, backtest, compare
 from gpuslo.engine.errors import RulebookError
 from gpuslo.engine.events import format_time
-from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.explain import group_key
+from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.slo.counter import GroupFigures
 from gpuslo.engine.slo.maths import budget_remaining, burn_rate
