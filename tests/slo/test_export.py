@@ -83,7 +83,8 @@ def test_openslo_documents(tmp_path):
     assert itl["timeWindow"] == [{"duration": "28d", "isRolling": True}]
     assert itl["budgetingMethod"] == "Occurrences"
     ratio = itl["indicator"]["spec"]["ratioMetric"]
-    assert ratio["good"]["metricSource"]["spec"]["query"] == 'sum(gpuslo_slo_events_total{slo="token-latency",good="true"})'
+    good = 'sum(gpuslo_slo_events_total{slo="token-latency",good="true"})'
+    assert ratio["good"]["metricSource"]["spec"]["query"] == good
     page = policies["token-latency-burn-page"]["spec"]["conditions"]
     assert [c["spec"]["condition"] for c in page] == [
         {"kind": "burnrate", "op": "gte", "threshold": 14.4, "lookbackWindow": "1h", "alertAfter": "5m"},
