@@ -9,7 +9,6 @@ from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.loader import Document, Path_
 from gpuslo.engine.rulebook.model import EventPattern
 from gpuslo.engine.slo.model import DEFAULT_POLICY, BurnAlert, BurnPair, CompiledSli, Sli
-from gpuslo.engine.slo.predicate import predicate
 from gpuslo.engine.units import parse_duration
 
 
@@ -51,4 +50,7 @@ def _policy(alerts: list[dict[str, Any]] | None) -> tuple[BurnAlert, ...]:
 
 
 def compile_sli(sli: Sli) -> CompiledSli:
+    # Imported here: predicate needs the explainer, which imports the rulebook package that imports this module.
+    from gpuslo.engine.slo.predicate import predicate
+
     return CompiledSli(sli, predicate(sli.requests.condition), predicate(sli.good))

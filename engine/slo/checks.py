@@ -18,7 +18,6 @@ from gpuslo.engine.rulebook.loader import Path_
 from gpuslo.engine.rulebook.model import And, Compare, Exists, Expr, Literal, Not, Or
 from gpuslo.engine.rulebook.value_checks import duration_problem, field_problems, kind_problem
 from gpuslo.engine.slo.model import MIN_WINDOW_S
-from gpuslo.engine.slo.predicate import predicate
 from gpuslo.engine.units import parse_duration
 
 _SEARCH_LIMIT = 4096  # assignments tried when looking for a request the good condition calls bad
@@ -91,6 +90,8 @@ def _policy_problems(ctx: CheckContext, path: Path_, alerts: object, target: obj
 def _good_can_be_false(ctx: CheckContext, path: Path_, kind: str, requests: object,
                        good: object) -> Iterator[RulebookProblem]:
     """A request the good condition calls bad must exist, else the SLO can never burn."""
+    from gpuslo.engine.slo.predicate import predicate  # here: see build.compile_sli
+
     if not isinstance(good, str):
         return
     try:
