@@ -18,7 +18,8 @@ from gpuslo.engine.explain import group_key
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.slo.build import compile_sli
 from gpuslo.engine.slo.burn import BurnState, burn_match, figures
-from gpuslo.engine.slo.model import BUCKET_S, LOOKBACKS, CompiledSli, Sli
+from gpuslo.engine.slo.maths import burn_rate
+from gpuslo.engine.slo.model import BUCKET_S, LOOKBACKS, BurnAlert, CompiledSli, Sli
 from gpuslo.engine.slo.ring import GroupRing
 from gpuslo.engine.violations import Clear, Match
 
@@ -83,6 +84,21 @@ class _Tracked:
         self.index = {m * BUCKET_S: i for i, m in enumerate(self.lookbacks_m)}
         self.size = max(self.lookbacks_m[-1], (31 * 86400 if self.sli.calendar else self.sli.window_s) // BUCKET_S) + 1
         self.groups: dict[str, _Group] = {}
+        # Per alert: (rate, index of the long window, index of the short one) for the hot path.
+        self.pairs = tuple((alert, tuple((p.burn, self.index[p.long_s], self.index[p.short_s]) for p in alert.pairs))
+                           for alert in self.sli.policy)
+        self.keys: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}  # group values → key (bounded below)
+
+    def key_of(self, event: Event) -> tuple[str, dict[str, Any]]:
+        """The group key and mapping of a request, cached by its group values."""
+        values = tuple(event.get(name) for name in self.sli.group_by)
+        found = self.keys.get(values)
+        if found is None:
+            mapping = dict(zip(self.sli.group_by, values, strict=True))
+            found = (group_key(mapping), mapping)
+            if len(self.keys) < 10_000:
+                self.keys[values] = found
+        return found
 
     def group(self, event: Event | None, key: str, values: dict[str, Any], minute: int) -> _Group:
         found = self.groups.get(key)
@@ -90,13 +106,13 @@ class _Tracked:
             found = self.groups[key] = _Group(key, values, GroupRing(self.size, self.lookbacks_m, minute))
         return found
 
-    def state(self, group: _Group) -> BurnState:
+    def state(self, group: _Group, alert: BurnAlert) -> BurnState:
+        """What the alert's pairs see now, with the budget over the window: the figures of an explanation."""
         ring, target = group.ring, self.sli.target
         pairs = []
-        for alert in self.sli.policy:
-            for pair in alert.pairs:
-                pairs.append((pair, figures(*ring.lookback(self.index[pair.long_s]), pair.long_s, target),
-                              figures(*ring.lookback(self.index[pair.short_s]), pair.short_s, target)))
+        for pair in alert.pairs:
+            pairs.append((pair, figures(*ring.lookback(self.index[pair.long_s]), pair.long_s, target),
+                          figures(*ring.lookback(self.index[pair.short_s]), pair.short_s, target)))
         return BurnState(tuple(pairs), *self.window(ring))
 
     def window(self, ring: GroupRing) -> tuple[int, int]:
@@ -164,8 +180,7 @@ class SloCounter:
             if not compiled.is_request(event):
                 continue
             good = compiled.is_good(event)
-            values = {name: event.get(name) for name in tracked.sli.group_by}
-            key = group_key(values)
+            key, values = tracked.key_of(event)
             bucket = (tracked.sli.slo_id, key, minute)
             delta = self._deltas.get(bucket)
             if delta is None:
@@ -196,19 +211,22 @@ class SloCounter:
         return matches
 
     def _evaluate(self, tracked: _Tracked, group: _Group, event: Event, clears: list[Clear]) -> list[Match]:
-        state = None
+        """Start or clear each burn alert of the group; the explanation is built only when one starts."""
         matches = []
-        for alert in tracked.sli.policy:
-            state = state or tracked.state(group)
-            rule_id = tracked.sli.alert_rule_id(alert)
-            alert_state = BurnState(tuple(p for p in state.pairs if p[0] in alert.pairs), state.good, state.total)
-            if alert.name not in group.firing and alert_state.firing() is not None:
-                group.firing.add(alert.name)
-                matches.append(burn_match(tracked.rulebook, tracked.sli, alert, alert_state, group.group,
-                                          group.key, event))
-            elif alert.name in group.firing and alert_state.recovered():
+        ring, target = group.ring, tracked.sli.target
+        for alert, pairs in tracked.pairs:
+            if alert.name not in group.firing:
+                for rate, long_i, short_i in pairs:
+                    if burn_rate(*ring.lookback(long_i), target) >= rate:
+                        if burn_rate(*ring.lookback(short_i), target) >= rate:
+                            group.firing.add(alert.name)
+                            state = tracked.state(group, alert)
+                            matches.append(burn_match(tracked.rulebook, tracked.sli, alert, state, group.group,
+                                                      group.key, event))
+                            break
+            elif all(burn_rate(*ring.lookback(short_i), target) < rate for rate, _long, short_i in pairs):
                 group.firing.discard(alert.name)
-                clears.append(Clear(rule_id, tracked.rulebook.name, group.key, event))
+                clears.append(Clear(tracked.sli.alert_rule_id(alert), tracked.rulebook.name, group.key, event))
         return matches
 
     def drain(self) -> SliBatch | None:

@@ -43,13 +43,21 @@ def _exists(leaf: Exists, negated: bool) -> Predicate:
     return lambda event: (event.get(name) is None) == negated
 
 
+def _both(first: Predicate, second: Predicate) -> Predicate:
+    return lambda event: first(event) and second(event)
+
+
+def _either(first: Predicate, second: Predicate) -> Predicate:
+    return lambda event: first(event) or second(event)
+
+
 def _build(node: Expr) -> Predicate:
-    if isinstance(node, And):
-        items = tuple(_build(i) for i in node.items)
-        return lambda event: all(item(event) for item in items)
-    if isinstance(node, Or):
-        items = tuple(_build(i) for i in node.items)
-        return lambda event: any(item(event) for item in items)
+    if isinstance(node, And | Or):
+        items = [_build(i) for i in node.items]
+        combined = items.pop()
+        while items:  # nested closures: no generator per call
+            combined = _both(items.pop(), combined) if isinstance(node, And) else _either(items.pop(), combined)
+        return combined
     negated = isinstance(node, Not)
     leaf = node.item if isinstance(node, Not) else node
     if isinstance(leaf, Exists):

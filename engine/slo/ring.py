@@ -39,6 +39,11 @@ class GroupRing:
             self._mins[slot], self._good[slot], self._total[slot] = minute, 0, 0
         self._good[slot] += good
         self._total[slot] += total
+        if minute == self.now:  # the common case: in every lookback
+            for sums in self._sums:
+                sums[0] += good
+                sums[1] += total
+            return
         for sums, width in zip(self._sums, self.lookbacks, strict=True):
             if minute > self.now - width:
                 sums[0] += good
