@@ -24,6 +24,9 @@ from gpuslo.engine.slo.ring import GroupRing
 from gpuslo.engine.violations import Clear, Match
 
 Bucket = tuple[str, str, int]  # slo id, group key, minute
+# Groups per SLI the engine keeps windows for (about 1 MB each for a 28-day window): group_by values come from
+# events, so a flood of new endpoints must not grow memory without bound.
+MAX_GROUPS = 500
 SloSeed = Callable[[Sli], Iterable[tuple[str, int, int, int]]]  # the stored (group key, minute, good, total)
 
 
@@ -100,9 +103,13 @@ class _Tracked:
                 self.keys[values] = found
         return found
 
-    def group(self, event: Event | None, key: str, values: dict[str, Any], minute: int) -> _Group:
+    def group(self, event: Event | None, key: str, values: dict[str, Any], minute: int) -> _Group | None:
+        """The group's state; None beyond MAX_GROUPS (a window of arrays each): such a group is still counted in
+        the stored buckets, only its burn alerts are not evaluated."""
         found = self.groups.get(key)
         if found is None:
+            if len(self.groups) >= MAX_GROUPS:
+                return None
             found = self.groups[key] = _Group(key, values, GroupRing(self.size, self.lookbacks_m, minute))
         return found
 
@@ -135,6 +142,7 @@ class SloCounter:
         self._tracked: dict[tuple[Any, ...], _Tracked] = {}
         self._deltas: dict[Bucket, list[int]] = {}
         self._bad: list[BadRequest] = []
+        self.capped = 0  # requests of groups beyond MAX_GROUPS (counted in the store, no burn alerts)
 
     @property
     def slis(self) -> tuple[Sli, ...]:
@@ -166,7 +174,8 @@ class SloCounter:
         rows = sorted(seed(tracked.sli), key=lambda row: row[1])
         for key, minute, good, total in rows:
             group = tracked.group(None, key, _parse_key(key, tracked.sli.group_by), minute)
-            group.ring.add(minute, good, total)
+            if group is not None:
+                group.ring.add(minute, good, total)
 
     def observe(self, event: Event, timestamp: float, clears: list[Clear]) -> list[Match]:
         """Count one event into every SLI that takes it as a request; the burn alerts it starts firing."""
@@ -191,6 +200,9 @@ class SloCounter:
             else:
                 self._bad.append(BadRequest(tracked.sli.slo_id, key, minute, event))
             group = tracked.group(event, key, values, minute)
+            if group is None:
+                self.capped += 1
+                continue
             moved = minute > group.ring.now
             group.ring.add(minute, 1 if good else 0, 1)
             if group.last is None or event.timestamp >= group.last.timestamp:

@@ -126,3 +126,14 @@ def test_a_burst_of_bad_requests_pages_with_an_explanation_and_recovers():
     first_minute_ok = next(i for i, e in enumerate(after) if _brute_page(good + bad + after[: i + 1],
                                                                          len(good) + len(bad) + i)[1])
     assert cleared[0].event.id == after[first_minute_ok].id
+
+
+def test_groups_beyond_the_cap_are_stored_but_not_kept_in_memory(monkeypatch):
+    from gpuslo.engine.slo import counter
+
+    monkeypatch.setattr(counter, "MAX_GROUPS", 3)
+    evaluator = RuleEvaluator()
+    evaluator.load([RULEBOOK])
+    result = evaluator.evaluate_batch([request(i, False, f"/e{i}") for i in range(5)])
+    assert len(evaluator.slo.figures()) == 3 and evaluator.slo.capped == 2
+    assert sum(d[1] for d in result.sli.deltas.values()) == 5
