@@ -199,13 +199,13 @@ class SloCounter:
                 delta[0] += 1
             else:
                 self._bad.append(BadRequest(tracked.sli.slo_id, key, minute, event))
-            group = tracked.group(event, key, values, minute)
+            group = tracked.groups.get(key) or tracked.group(event, key, values, minute)
             if group is None:
                 self.capped += 1
                 continue
             moved = minute > group.ring.now
             group.ring.add(minute, 1 if good else 0, 1)
-            if group.last is None or event.timestamp >= group.last.timestamp:
+            if group.last is None or timestamp >= group.last.timestamp:
                 group.last = event
             if not good or moved or group.firing:  # otherwise every ratio only fell: nothing can start firing
                 matches += self._evaluate(tracked, group, event, clears)

@@ -8,8 +8,9 @@ checks the two agree.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from gpuslo.engine.events import Event
+from gpuslo.engine.events import ENVELOPE_FIELDS, Event
 from gpuslo.engine.explain import text_test
 from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import And, Compare, Exists, Expr, Literal, Not, Or
@@ -21,14 +22,24 @@ def _always(_event: Event) -> bool:
     return True
 
 
+def _getter(name: str) -> Callable[[Event], Any]:
+    """Event.get(name) resolved once: most SLI fields are attributes, read straight from the mapping."""
+    if name in ENVELOPE_FIELDS:
+        return lambda event: getattr(event, name)
+    if name.startswith("labels."):
+        label = name[len("labels."):]
+        return lambda event: event.labels.get(label)
+    return lambda event: event.attrs.get(name)
+
+
 def _compare(leaf: Compare, negated: bool) -> Predicate:
-    name, op = leaf.left.name, leaf.op
+    get, op = _getter(leaf.left.name), leaf.op
     if not isinstance(leaf.right, Literal):  # an alias reference cannot occur in a single-event SLI condition
         raise ValueError(f"SLI conditions compare with constants, not {leaf.right}")
     expected = leaf.right.value
 
     def holds(event: Event) -> bool:
-        observed = event.get(name)
+        observed = get(event)
         if observed is None:
             return False
         try:
@@ -39,8 +50,8 @@ def _compare(leaf: Compare, negated: bool) -> Predicate:
 
 
 def _exists(leaf: Exists, negated: bool) -> Predicate:
-    name = leaf.field.name
-    return lambda event: (event.get(name) is None) == negated
+    get = _getter(leaf.field.name)
+    return lambda event: (get(event) is None) == negated
 
 
 def _both(first: Predicate, second: Predicate) -> Predicate:
