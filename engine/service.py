@@ -276,6 +276,10 @@ class Gpuslo:
         with self.database.session(readonly=True) as session:
             return slo_report.slo_group(session, self.slis(), group_id)
 
+    def slo_causes(self, group: slo_report.SloGroup, limit: int = 50) -> tuple[slo_report.Cause, ...]:
+        with self.database.session(readonly=True) as session:
+            return slo_report.causes_of(session, group, limit)
+
     def slo_history(self, group: slo_report.SloGroup) -> list[tuple[int, float]]:
         with self.database.session(readonly=True) as session:
             return slo_report.hourly_burn(session, group)

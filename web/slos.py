@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, render_template
 
 from gpuslo.engine.slo.model import LOOKBACKS
+from gpuslo.engine.slo.report import SloGroup
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.views import ViolationFilter
 from gpuslo.web.context import current_core
@@ -15,7 +16,7 @@ slos_api = Blueprint("slos_api", __name__, url_prefix="/api/v1")
 slos_ui = Blueprint("slos_ui", __name__)
 
 
-def _group_or_404(group_id: str):  # type: ignore[no-untyped-def]
+def _group_or_404(group_id: str) -> SloGroup:
     group = current_core().slo_group(group_id)
     if group is None:
         raise RequestError(404, "not_found", f"No SLO group with id {group_id!r}.")
@@ -52,7 +53,7 @@ def _open_burn_alerts() -> dict[tuple[str, str], list[object]]:
 def slos_page() -> str:
     core = current_core()
     groups = core.slo_groups()
-    causes = {group.id: core.slo_group(group.id).causes[:3] for group in groups}  # type: ignore[union-attr]
+    causes = {group.id: core.slo_causes(group, limit=3) for group in groups}
     return render_template("slos.html", groups=groups, causes=causes, alerts=_open_burn_alerts(),
                            lookbacks=[name for name, _ in LOOKBACKS], slis=core.slis())
 
