@@ -1,8 +1,27 @@
-"""Prometheus metrics of one gpuslo core, in a registry of its own (no global state)."""
+"""Prometheus metrics of one gpuslo core, in a registry of its own (no global state).
+
+The families are grouped by where their values come from: this module (ingest and engine counters),
+metrics_signals (accepted events), metrics_state (read at scrape time), metrics_http (the web app).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from gpuslo.engine.metrics_http import HttpMetrics
+from gpuslo.engine.metrics_signals import SignalMetrics
 
 
 class Metrics:
@@ -30,3 +49,24 @@ class Metrics:
         self.late_events = Counter(
             "gpuslo_late_events", "Events older than the allowed lateness when they reached the engine.",
             registry=self.registry)
+        self.signals = SignalMetrics(self.registry)
+        self.http = HttpMetrics(self.registry)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+
+    def exposed(self) -> WithoutCreated:
+        """What /metrics serves: the registry without the `_created` samples (they double every counter)."""
+        return WithoutCreated(self.registry)
+
+
+class WithoutCreated(Collector):
+    """A registry view whose families carry no `_created` samples; prometheus_client adds them per counter."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family

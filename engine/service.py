@@ -21,10 +21,11 @@ from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloEr
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics import Metrics
+from gpuslo.engine.metrics_state import StateCollector, StateSnapshot
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.rulebook.model import SEVERITIES, Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
-from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
+from gpuslo.engine.store import audit, batch, charts, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.outbox import NotificationView
@@ -78,6 +79,7 @@ class Gpuslo:
         self.metrics = metrics
         self.runtime = Runtime(sink=self._record, queue_size=settings.engine_queue_size, metrics=metrics,
                                refill=self._unprocessed)
+        metrics.registry.register(StateCollector(self._state_snapshot, SEVERITIES, charts.ACTIVE_STATUSES))
         self._status = RulebookStatus((), (), _now())
         self._reload_lock = threading.Lock()
         # Periodic jobs (auto-resolve, silence expiry; others add theirs); started by open().
@@ -217,8 +219,16 @@ class Gpuslo:
                     self.metrics.events_accepted.labels(kind).inc(count)
                 else:
                     self.metrics.events_rejected.labels(kind, status).inc(count)
+            self.metrics.signals.observe(fresh)
             self.runtime.submit(fresh)
         return IngestReport(tuple(r for r in results if r is not None))
+
+    def _state_snapshot(self) -> StateSnapshot:
+        """What /metrics reads at scrape time (metrics_state)."""
+        with self.database.session(readonly=True) as session:
+            counts = charts.count_open_violations(session)
+        status = self._status
+        return StateSnapshot(counts, self.runtime.running, len(status.rulebooks), len(status.problems))
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         return self.runtime.wait_idle(timeout)

@@ -31,6 +31,7 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
     register_blueprints(app)
     register_error_handlers(app)
     register_security_headers(app)
+    configure_http_metrics(app)
     configure_proxies(app, settings)
     return app
 
@@ -51,6 +52,12 @@ def configure_proxies(app: Flask, settings: Settings) -> None:
     networks = trusted_networks(settings.trusted_proxies)
     if networks:
         app.wsgi_app = TrustedProxies(app.wsgi_app, networks)  # type: ignore[method-assign]
+
+
+def configure_http_metrics(app: Flask) -> None:
+    from gpuslo.web.http_metrics import init_app
+
+    init_app(app)
 
 
 def configure_logging(app: Flask) -> None:

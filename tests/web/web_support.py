@@ -15,6 +15,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import EventError, FieldProblem
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
+from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.views import ViolationView
@@ -36,6 +37,8 @@ class FakeCore:
         self.metrics = SimpleNamespace(
             registry=registry,
             engine_queue_depth=Gauge("gpuslo_engine_queue_depth", "queued events", registry=registry),
+            http=HttpMetrics(registry),
+            exposed=lambda: registry,
         )
 
     def ingest(self, items: Sequence[object]) -> IngestReport:
