@@ -79,9 +79,10 @@ class Gpuslo:
         self.metrics = metrics
         self.runtime = Runtime(sink=self._record, queue_size=settings.engine_queue_size, metrics=metrics,
                                refill=self._unprocessed)
-        metrics.registry.register(StateCollector(self._state_snapshot, SEVERITIES, charts.ACTIVE_STATUSES))
         self._status = RulebookStatus((), (), _now())
         self._reload_lock = threading.Lock()
+        # Read at every scrape; registered after _status exists (the registry collects once on registration).
+        metrics.registry.register(StateCollector(self._state_snapshot, SEVERITIES, charts.ACTIVE_STATUSES))
         # Periodic jobs (auto-resolve, silence expiry; others add theirs); started by open().
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(self.run_lifecycle, "interval", seconds=LIFECYCLE_INTERVAL_S, id="lifecycle",

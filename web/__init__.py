@@ -90,6 +90,8 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.api import api
     from gpuslo.web.audit_views import audit_ui
     from gpuslo.web.auth_views import auth
+    from gpuslo.web.charts_ui import charts_ui
+    from gpuslo.web.display import display
     from gpuslo.web.incidents_api import incidents_api
     from gpuslo.web.incidents_ui import incidents_ui
     from gpuslo.web.integrations_api import integrations_api
@@ -103,6 +105,8 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(incidents_api)
     app.register_blueprint(ops)
     app.register_blueprint(ui)
+    app.register_blueprint(display)
+    app.register_blueprint(charts_ui)
     app.register_blueprint(incidents_ui)
     app.register_blueprint(auth)
     app.register_blueprint(audit_ui)

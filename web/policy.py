@@ -28,6 +28,8 @@ ROUTE_POLICY: dict[str, str] = {
     "ui.violation": READ,
     "ui.rulebooks": READ,
     "ui.events": READ,
+    "charts_ui.tokens": READ,
+    "charts_ui.memory": READ,
     # lifecycle and silences
     "incidents_api.change_status": OPERATE,
     "incidents_api.add_comment": OPERATE,
