@@ -20,6 +20,7 @@ TOKEN_KINDS = ("token_latency", "token_stall")
 MEMORY_KINDS = ("mem_fragmentation",)
 MARKER_KINDS = ("cuda_oom", "token_stall")
 MAX_GPU_CHARTS = 16
+MAX_SERIES_CHARTS = 8
 
 
 def _series(kinds: tuple[str, ...], chosen: ChartFilter) -> charts.EventSeries:
@@ -37,18 +38,24 @@ def _places(kinds: tuple[str, ...]) -> list[tuple[str, int | None]]:
 def tokens() -> str:
     chosen = chart_filter(request.args)
     series = _series(TOKEN_KINDS, chosen)
-    keys = sorted({token_series_key(e) for e in series.events})
-    events = [e for e in series.events
-              if (chosen.endpoint is None or token_series_key(e)[2] == chosen.endpoint)
-              and (chosen.model is None or token_series_key(e)[3] == chosen.model)]
+    by_key: dict[tuple[str, str, str, str], list[Event]] = defaultdict(list)
+    for event in series.events:
+        by_key[token_series_key(event)].append(event)
+    keys = sorted(by_key)
+    shown = [k for k in keys if (chosen.endpoint is None or k[2] == chosen.endpoint)
+             and (chosen.model is None or k[3] == chosen.model)]
+    panels = []
     with current_core().database.session(readonly=True) as session:
-        marks = charts.violation_marks(session, ViolationFilter(host=chosen.host, gpu=chosen.gpu,
-                                                                since=chosen.since, until=chosen.until))
-    heatmap = token_heatmap(events, marks)
-    return render_template("charts_tokens.html", chosen=chosen, args=request.args, heatmap=heatmap,
+        for host, gpu, endpoint, model in shown[:MAX_SERIES_CHARTS]:
+            events = by_key[host, gpu, endpoint, model]
+            marks = charts.violation_marks(session, ViolationFilter(
+                host=host, gpu=int(gpu) if gpu else None, since=events[0].time, until=events[-1].time))
+            panels.append({"host": host, "gpu": gpu, "endpoint": endpoint, "model": model,
+                           "heatmap": token_heatmap(events, [m for m in marks if m.host == host])})
+    return render_template("charts_tokens.html", chosen=chosen, args=request.args, panels=panels,
                            places=_places(TOKEN_KINDS), endpoints=sorted({k[2] for k in keys if k[2]}),
                            models=sorted({k[3] for k in keys if k[3]}), truncated=series.truncated,
-                           series_keys=keys, charts_on_page=True)
+                           more=len(shown) > MAX_SERIES_CHARTS, charts_on_page=bool(panels))
 
 
 @charts_ui.get("/charts/memory")

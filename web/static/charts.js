@@ -98,7 +98,8 @@
       { name: "gaps", type: "heatmap", data: data.cells, emphasis: { itemStyle: { borderColor: "#000" } } },
       { name: "stall", type: "scatter", data: stalls, symbol: "triangle", symbolSize: 9,
         itemStyle: { color: dark ? "#ffffff" : "#18212c" }, z: 5,
-        markLine: { symbol: "none", silent: false, data: lines, label: { formatter: "{b}", position: "end" } } },
+        markLine: { symbol: "none", silent: false, data: lines,
+                    label: { show: false } } },
     ];
     option.legend.data = ["stall"];
     return { option: option, points: data.cells.length };
