@@ -4,6 +4,7 @@ bytes and durations in human units with the raw value in a tooltip. Template fil
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -89,6 +90,27 @@ def field_value(value: Any, name: str) -> Markup:
     if shown is None:
         return escape(raw)
     return Markup('<span class="raw" title="{0}" data-raw="{0}">{1}</span>').format(raw, shown)
+
+
+_FIELD_NUMBER = re.compile(r"\b([a-z][a-z0-9_.]*(?:_bytes|_ms|_us|_s|_seconds))(\s*=\s*)(-?\d+(?:\.\d+)?)\b")
+
+
+@display.app_template_filter("humane_text")
+def humane_text(text: str | None) -> Markup:
+    """Engine-written text (`free_bytes = 47369262592 >= 1GiB`) with each unit field's number in human units,
+    the raw number in the tooltip."""
+    if not text:
+        return Markup("")
+    out, last = [], 0
+    for match in _FIELD_NUMBER.finditer(text):
+        name, equals, number = match.groups()
+        shown = humane(name, float(number) if "." in number else int(number))
+        out.append(escape(text[last:match.start()]))
+        out.append(Markup('{0}{1}<span class="raw" title="{2}" data-raw="{2}">{3}</span>').format(
+            name, equals, number, shown))
+        last = match.end()
+    out.append(escape(text[last:]))
+    return Markup("").join(out)
 
 
 @display.app_template_filter("bytes")

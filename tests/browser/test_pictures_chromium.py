@@ -32,6 +32,12 @@ PAINTED_PIXELS = """(node) => {
   return painted;
 }"""
 OVERFLOW = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+# The elements sticking out on the right, for the failure message.
+WIDE_ELEMENTS = """() => Array.from(document.querySelectorAll('body *'))
+  .filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
+                 || (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX === 'visible'))
+  .slice(-6).map((e) => e.tagName + '#' + e.id + '.' + e.className + ' ' + e.scrollWidth + '/' + e.clientWidth + ' '
+                 + e.textContent.slice(0, 60))"""
 
 
 def _replay(core: Any) -> None:
@@ -108,7 +114,10 @@ def test_charts_render_and_nothing_overflows(replayed, tmp_path: Path, layout: s
                 page.wait_for_load_state("load")
                 drawn = _check_charts(page, expected)
                 page.screenshot(path=str(shots / f"{name}-{layout}-{scheme}.png"), full_page=True)
-                assert page.evaluate(OVERFLOW) <= 0, f"{name} overflows sideways at {WIDTHS[layout]} px"
+                page.screenshot(path=str(shots / f"{name}-{layout}-{scheme}-top.png"), full_page=True,
+                                clip={"x": 0, "y": 0, "width": WIDTHS[layout], "height": 1600})
+                assert page.evaluate(OVERFLOW) <= 0, (f"{name} overflows sideways at {WIDTHS[layout]} px: "
+                                                      f"{page.evaluate(WIDE_ELEMENTS)}")
                 background = page.evaluate("getComputedStyle(document.body).backgroundColor")
                 assert (background == "rgb(17, 22, 28)") == (scheme == "dark"), background
                 assert all(d["points"] > 0 for d in drawn)
