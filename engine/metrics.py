@@ -24,6 +24,10 @@ from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.metrics_signals import SignalMetrics
 
 
+# The reasons gpuslo.engine.runtime counts engine failures under.
+ENGINE_ERROR_REASONS = ("observed_collision", "batch", "store", "absence")
+
+
 class Metrics:
     """Counters the core updates and /metrics exposes."""
 
@@ -46,6 +50,8 @@ class Metrics:
         self.engine_errors = Counter(
             "gpuslo_engine_errors", "Engine failures by kind (observed-id collisions, action errors, ...).",
             ["reason"], registry=self.registry)
+        for reason in ENGINE_ERROR_REASONS:  # served as 0 from the start, so rate() and alerts see the first one
+            self.engine_errors.labels(reason)
         self.late_events = Counter(
             "gpuslo_late_events", "Events older than the allowed lateness when they reached the engine.",
             registry=self.registry)

@@ -27,7 +27,6 @@ def families(tmp_path_factory: pytest.TempPathFactory):
         core.ingest([{"id": "bad", "kind": "mem_fragmentation"}])  # one rejection: its labels are served
         assert core.wait_idle(30)
         core.metrics.http.observe("ui.violations", "GET", 200, 0.01)
-        core.metrics.engine_errors.labels("store")
         yield served_families(core)
     finally:
         core.close()
