@@ -23,7 +23,6 @@ from prometheus_client.registry import Collector
 from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.metrics_signals import SignalMetrics
 
-
 # The reasons gpuslo.engine.runtime counts engine failures under.
 ENGINE_ERROR_REASONS = ("observed_collision", "batch", "store", "absence")
 
