@@ -6,6 +6,7 @@ Every chart's numbers are also on the page as a table, so the page says the same
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -153,3 +154,29 @@ def evidence_timeline(evidence: Sequence[Event]) -> dict[str, Any]:
     points = [{"t": _ms(e.time), "row": kinds.index(e.kind), "id": e.id, "kind": e.kind,
                "host": e.host, "gpu": e.gpu} for e in evidence]
     return {"kinds": kinds, "points": points}
+
+
+_ATTRIBUTION = re.compile(r"attribution\.(\w+)_ms")
+
+
+def stall_attribution(evidence: Sequence[Event]) -> dict[str, Any] | None:
+    """Each attributed token_stall of the evidence split by layer (`attribution.<layer>_ms` attributes, as the
+    attribution probe writes them), for a stacked bar; None when no stall carries an attribution."""
+    stalls = [e for e in evidence if e.kind == "token_stall"
+              and any(_ATTRIBUTION.fullmatch(key) for key in e.attrs)]
+    if not stalls:
+        return None
+    layers: list[str] = []
+    for event in stalls:
+        for key in event.attrs:
+            found = _ATTRIBUTION.fullmatch(key)
+            if found and found.group(1) not in layers:
+                layers.append(found.group(1))
+    series = {layer: [_number(e.attrs.get(f"attribution.{layer}_ms")) for e in stalls] for layer in layers}
+    return {"stalls": [{"id": e.id, "t": _ms(e.time), "gap_ms": _number(e.attrs.get("gap_ms")),
+                        "dominant": e.attrs.get("attribution.dominant")} for e in stalls],
+            "layers": layers, "series": series}
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0

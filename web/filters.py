@@ -127,8 +127,8 @@ ALL = "all"
 
 
 def violation_filter(args: MultiDict[str, str], default_page_size: int) -> tuple[ViolationFilter, Paging]:
-    """Filters of GET /violations (API and UI); `rule` (a rule id) and `host` match by prefix, `q` is free text
-    matched as a substring of host, rule, title and summary."""
+    """Filters of GET /violations (API and UI); `rule` (a rule id) and `host` are exact or, ending in `*`, a
+    prefix; `q` is free text matched as a substring of host, rule, title and summary."""
     problems = _Problems(args, VIOLATION_PARAMS)
     status = problems.value("status", _choice(STATUSES))
     severity = problems.value("severity", _choice(SEVERITIES))

@@ -13,7 +13,7 @@ from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.model import SEVERITIES
 from gpuslo.engine.store import charts, notifications, repository
 from gpuslo.engine.violations import STATUSES
-from gpuslo.web.chart_data import evidence_timeline, severity_over_time
+from gpuslo.web.chart_data import evidence_timeline, severity_over_time, stall_attribution
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.filters import event_filter, violation_filter
@@ -85,6 +85,7 @@ def violation(violation_id: int) -> str:
         raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
     return render_template("violation.html", v=detail, explanation=detail.explanation or {},
                            notifications=sent or (), timeline=evidence_timeline(detail.evidence),
+                           attribution=stall_attribution(detail.evidence),
                            charts_on_page=bool(detail.evidence))
 
 

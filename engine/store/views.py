@@ -25,8 +25,8 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True)
 class ViolationFilter:
-    """Every field optional; `since`/`until` bound last_seen (inclusive); `host` and `rule_id` are prefixes and
-    `text` a substring of host, rule, title or summary (store.search)."""
+    """Every field optional; `since`/`until` bound last_seen (inclusive); `host` and `rule_id` ending in `*` are
+    prefixes and `text` is a substring of host, rule, title or summary (store.search)."""
 
     status: str | None = None
     severity: str | None = None

@@ -37,13 +37,17 @@ def _data_block(html: str, block_id: str) -> Any:
     return json.loads(found.group(1))
 
 
-def test_host_and_rule_match_by_prefix_and_q_by_substring(client, core):
+def test_host_and_rule_match_exactly_or_by_prefix_and_q_by_substring(client, core):
     seed_violation(core.database, [_frag("a", host="bulk-07")], rule_id="frag-high", summary="Allocator 71%_full")
     seed_violation(core.database, [_frag("b", host="gpu-node-1")], rule_id="token-stall",
                    summary="Token stall of 400 ms")
-    assert _rules(_page(client, "/violations?host=bulk")) == ["frag-high"]
-    assert _rules(_page(client, "/violations?host=node")) == []  # a prefix, not a substring
-    assert _rules(_page(client, "/violations?rule=token")) == ["token-stall"]
+    assert _rules(_page(client, "/violations?host=bulk*")) == ["frag-high"]
+    assert _rules(_page(client, "/violations?host=bulk")) == []  # without the star: the exact name
+    assert _rules(_page(client, "/violations?host=node*")) == []  # a prefix, not a substring
+    assert _rules(_page(client, "/violations?rule=token*")) == ["token-stall"]
+    assert _rules(_page(client, "/violations?rule=token-stall")) == ["token-stall"]
+    assert _rules(_page(client, "/violations?rule=token-")) == []
+    assert _rules(_page(client, "/violations?q=bulk")) == ["frag-high"]  # free text finds a part of a name
     assert _rules(_page(client, "/violations?q=STALL")) == ["token-stall"]  # any case, in the summary
     assert _rules(_page(client, "/violations?q=node-1")) == ["token-stall"]  # a substring of the host
     assert _rules(_page(client, "/violations?q=71%25_")) == ["frag-high"]  # % and _ match themselves
@@ -133,3 +137,20 @@ def test_http_requests_are_counted_by_route(client, core):
     assert 'gpuslo_http_requests_total{code="200",method="GET",route="ui.violations"} 1.0' in text
     assert 'gpuslo_http_requests_total{code="404",method="GET",route="unmatched"} 1.0' in text
     assert 'gpuslo_http_request_duration_seconds_count{method="GET",route="ui.violations"} 1.0' in text
+
+
+def test_stall_attribution_bars_from_the_attribution_attributes():
+    from datetime import UTC, datetime
+
+    from gpuslo.engine.events import Event
+    from gpuslo.web.chart_data import stall_attribution
+
+    # Built directly: the attribution probe's attributes are accepted by ingest once its change lands (issue 14).
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    stall = Event("s-1", "token_stall", at, "h", attrs={"gap_ms": 300.0, "attribution.network_ms": 200.0,
+                                                           "attribution.gpu_ms": 90, "attribution.dominant": "network"})
+    plain = Event("s-2", "token_stall", at, "h", attrs={"gap_ms": 250.0})
+    assert stall_attribution([plain, _frag("f")]) is None
+    data = stall_attribution([stall, plain])
+    assert data == {"stalls": [{"id": "s-1", "t": 1735689600000, "gap_ms": 300.0, "dominant": "network"}],
+                    "layers": ["network", "gpu"], "series": {"network": [200.0], "gpu": [90.0]}}

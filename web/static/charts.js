@@ -172,7 +172,29 @@
     return { option: option, points: data.points.length };
   }
 
-  var RENDERERS = { "severity-bars": severityBars, heatmap: heatmap, memory: memory, evidence: evidence };
+  function attribution(data) {
+    var option = base();
+    option.grid.left = 110;
+    option.tooltip.trigger = "axis";
+    option.tooltip.axisPointer = { type: "shadow" };
+    option.tooltip.formatter = function (items) {
+      var stall = data.stalls[items[0].dataIndex];
+      var lines = ["<b>" + escapeText(stall.id) + "</b> gap " + escapeText(seconds(stall.gap_ms / 1000))];
+      items.forEach(function (it) { lines.push(escapeText(it.seriesName) + ": " + escapeText(seconds(it.value / 1000))); });
+      return lines.join("<br>");
+    };
+    option.xAxis = { type: "value", name: "ms" };
+    option.yAxis = { type: "category", data: data.stalls.map(function (s) { return localText(s.t); }) };
+    var points = 0;
+    option.series = data.layers.map(function (layer) {
+      points += data.series[layer].length;
+      return { name: layer, type: "bar", stack: "layers", data: data.series[layer], barMaxWidth: 22 };
+    });
+    return { option: option, points: points };
+  }
+
+  var RENDERERS = { "severity-bars": severityBars, heatmap: heatmap, memory: memory, evidence: evidence,
+                    attribution: attribution };
 
   function draw(node) {
     var source = document.getElementById(node.getAttribute("data-source"));
