@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint bench-quick
+.PHONY: install run test lint bench-quick dashboards vendor-echarts
 
 install:  ## system packages (as root) and .venv with the project and its dev tools
 	./scripts/install.sh
@@ -13,6 +13,12 @@ run: install  ## serve on SQLite at var/gpuslo.db with rules/ on http://127.0.0.
 
 lint:  ## ruff over the whole tree
 	$(BIN)/ruff check .
+
+dashboards:  ## regenerate the Grafana dashboards in dashboards/ from dashboards/generate.py
+	$(BIN)/python dashboards/generate.py
+
+vendor-echarts:  ## refresh web/static/vendor/echarts from the npm registry (version pinned in the script)
+	./scripts/vendor-echarts.sh
 
 # The whole suite: storage and API tests run on SQLite and on PostgreSQL (127.0.0.1:5432, or
 # $$GPUSLO_TEST_POSTGRES_URL), and the browser test drives Debian's headless Chromium.

@@ -1,10 +1,30 @@
-"""Prometheus metrics of one gpuslo core, in a registry of its own (no global state)."""
+"""Prometheus metrics of one gpuslo core, in a registry of its own (no global state).
+
+The families are grouped by where their values come from: this module (ingest and engine counters),
+metrics_signals (accepted events), metrics_state (read at scrape time), metrics_http (the web app).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from gpuslo.engine.metrics_http import HttpMetrics
+from gpuslo.engine.metrics_signals import SignalMetrics
+
+# The reasons gpuslo.engine.runtime counts engine failures under.
+ENGINE_ERROR_REASONS = ("observed_collision", "batch", "store", "absence")
 
 
 class Metrics:
@@ -29,12 +49,19 @@ class Metrics:
         self.engine_errors = Counter(
             "gpuslo_engine_errors", "Engine failures by kind (observed-id collisions, action errors, ...).",
             ["reason"], registry=self.registry)
+        for reason in ENGINE_ERROR_REASONS:  # served as 0 from the start, so rate() and alerts see the first one
+            self.engine_errors.labels(reason)
         self.late_events = Counter(
             "gpuslo_late_events", "Events older than the allowed lateness when they reached the engine.",
             registry=self.registry)
         self.slo_events = Counter(
             "gpuslo_slo_events", "Request events counted by SLIs, by SLO and whether they were good.",
             ["slo", "good"], registry=self.registry)
+        self.signals = SignalMetrics(self.registry)
+        self.http = HttpMetrics(self.registry)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
 
     def count_sli(self, deltas: Mapping[tuple[str, str, int], Sequence[int]]) -> None:
         """Count one stored batch of SLI buckets (good, total per bucket) into gpuslo_slo_events_total."""
@@ -46,3 +73,19 @@ class Metrics:
         for slo, (good, total) in by_slo.items():
             self.slo_events.labels(slo, "true").inc(good)
             self.slo_events.labels(slo, "false").inc(total - good)
+
+    def exposed(self) -> WithoutCreated:
+        """What /metrics serves: the registry without the `_created` samples (they double every counter)."""
+        return WithoutCreated(self.registry)
+
+
+class WithoutCreated(Collector):
+    """A registry view whose families carry no `_created` samples; prometheus_client adds them per counter."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family

@@ -304,6 +304,11 @@ class Runtime:
         self._wake.set()
         return queued
 
+    @property
+    def running(self) -> bool:
+        """Whether the engine thread is alive (started and neither stopped nor crashed)."""
+        return self._thread.is_alive()
+
     def queue_depth(self) -> int:
         return self._queue.qsize()
 

@@ -21,14 +21,15 @@ from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloEr
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics import Metrics
+from gpuslo.engine.metrics_state import StateCollector, StateSnapshot
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.rulebook.model import SEVERITIES, Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
 from gpuslo.engine.slo import report as slo_report
 from gpuslo.engine.slo import store as slo_store
 from gpuslo.engine.slo.metrics import SloCollector
 from gpuslo.engine.slo.model import Sli
-from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
+from gpuslo.engine.store import audit, batch, charts, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.outbox import NotificationView
@@ -84,6 +85,8 @@ class Gpuslo:
                                refill=self._unprocessed)
         self._status = RulebookStatus((), (), _now())
         self._reload_lock = threading.Lock()
+        # Read at every scrape; registered after _status exists (the registry collects once on registration).
+        metrics.registry.register(StateCollector(self._state_snapshot, SEVERITIES, charts.ACTIVE_STATUSES))
         # Periodic jobs (auto-resolve, silence expiry; others add theirs); started by open().
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(self.run_lifecycle, "interval", seconds=LIFECYCLE_INTERVAL_S, id="lifecycle",
@@ -224,8 +227,16 @@ class Gpuslo:
                     self.metrics.events_accepted.labels(kind).inc(count)
                 else:
                     self.metrics.events_rejected.labels(kind, status).inc(count)
+            self.metrics.signals.observe(fresh)
             self.runtime.submit(fresh)
         return IngestReport(tuple(r for r in results if r is not None))
+
+    def _state_snapshot(self) -> StateSnapshot:
+        """What /metrics reads at scrape time (metrics_state)."""
+        with self.database.session(readonly=True) as session:
+            counts = charts.count_open_violations(session)
+        status = self._status
+        return StateSnapshot(counts, self.runtime.running, len(status.rulebooks), len(status.problems))
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         return self.runtime.wait_idle(timeout)

@@ -6,7 +6,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${GPUSLO_VENV:-$root/.venv}
-# Needed to build and test: a venv, a compiler for durable-rules, Chromium for the browser test.
+# Needed to build and test: a venv, a compiler for durable-rules, Chromium for the browser test, and the real
+# peers of the interop tests: Alertmanager, and Prometheus (with promtool) for the dashboards test.
 required_pkgs=(python3-venv python3-dev build-essential make git chromium chromium-driver
     prometheus-alertmanager prometheus)  # Alertmanager, promtool: interop tests run against the real ones
 # Needed only by the eBPF probe; a machine without them still runs everything else.

@@ -31,6 +31,7 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
     register_blueprints(app)
     register_error_handlers(app)
     register_security_headers(app)
+    configure_http_metrics(app)
     configure_proxies(app, settings)
     return app
 
@@ -51,6 +52,12 @@ def configure_proxies(app: Flask, settings: Settings) -> None:
     networks = trusted_networks(settings.trusted_proxies)
     if networks:
         app.wsgi_app = TrustedProxies(app.wsgi_app, networks)  # type: ignore[method-assign]
+
+
+def configure_http_metrics(app: Flask) -> None:
+    from gpuslo.web.http_metrics import init_app
+
+    init_app(app)
 
 
 def configure_logging(app: Flask) -> None:
@@ -83,6 +90,8 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.api import api
     from gpuslo.web.audit_views import audit_ui
     from gpuslo.web.auth_views import auth
+    from gpuslo.web.charts_ui import charts_ui
+    from gpuslo.web.display import display
     from gpuslo.web.incidents_api import incidents_api
     from gpuslo.web.incidents_ui import incidents_ui
     from gpuslo.web.integrations_api import integrations_api
@@ -97,6 +106,8 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(incidents_api)
     app.register_blueprint(ops)
     app.register_blueprint(ui)
+    app.register_blueprint(display)
+    app.register_blueprint(charts_ui)
     app.register_blueprint(incidents_ui)
     app.register_blueprint(auth)
     app.register_blueprint(audit_ui)

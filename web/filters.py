@@ -73,6 +73,11 @@ def _text(text: str) -> str:
     return text
 
 
+def _free_text(text: str) -> str:
+    """Any text; a search longer than a summary could match nothing, so it is cut rather than refused."""
+    return text[:_TEXT_MAX]
+
+
 def _int_between(low: int, high: int) -> Callable[[str], int]:
     def convert(text: str) -> int:
         if not text.isdigit():
@@ -113,14 +118,17 @@ def _paging(problems: _Problems, default_page_size: int) -> Paging:
     return Paging(page, size)
 
 
-VIOLATION_PARAMS = ("status", "severity", "slo", "rule", "host", "gpu", "since", "until", "page", "page_size")
+VIOLATION_PARAMS = ("status", "severity", "slo", "rule", "host", "gpu", "q", "since", "until", "page",
+                    "page_size")
 EVENT_PARAMS = ("kind", "host", "gpu", "job", "since", "until", "page", "page_size")
+CHART_PARAMS = ("host", "gpu", "endpoint", "model", "since", "until")
 NOTIFICATION_PARAMS = ("status", "receiver", "page", "page_size")
 ALL = "all"
 
 
 def violation_filter(args: MultiDict[str, str], default_page_size: int) -> tuple[ViolationFilter, Paging]:
-    """Filters of GET /violations (API and UI); `rule` is the rule id."""
+    """Filters of GET /violations (API and UI); `rule` (a rule id) and `host` are exact or, ending in `*`, a
+    prefix; `q` is free text matched as a substring of host, rule, title and summary."""
     problems = _Problems(args, VIOLATION_PARAMS)
     status = problems.value("status", _choice(STATUSES))
     severity = problems.value("severity", _choice(SEVERITIES))
@@ -128,11 +136,12 @@ def violation_filter(args: MultiDict[str, str], default_page_size: int) -> tuple
     rule_id = problems.value("rule", _text)
     host = problems.value("host", _text)
     gpu = problems.value("gpu", _int_between(0, 1023))
+    text = problems.value("q", _free_text)
     since, until = _time_range(problems)
     paging = _paging(problems, default_page_size)
     problems.raise_if_any()
     found = ViolationFilter(status=status, severity=severity, slo=slo, rule_id=rule_id, host=host, gpu=gpu,
-                            since=since, until=until)
+                            since=since, until=until, text=text)
     return found, paging
 
 
@@ -147,6 +156,30 @@ def event_filter(args: MultiDict[str, str], default_page_size: int) -> tuple[Eve
     paging = _paging(problems, default_page_size)
     problems.raise_if_any()
     return EventFilter(kind=kind, host=host, gpu=gpu, job=job, since=since, until=until), paging
+
+
+@dataclass(frozen=True)
+class ChartFilter:
+    """What a chart page shows: one host (and GPU, endpoint, model) over a time range; all optional."""
+
+    host: str | None = None
+    gpu: int | None = None
+    endpoint: str | None = None
+    model: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def chart_filter(args: MultiDict[str, str]) -> ChartFilter:
+    """Filters of the chart pages (/charts/tokens, /charts/memory)."""
+    problems = _Problems(args, CHART_PARAMS)
+    host = problems.value("host", _text)
+    gpu = problems.value("gpu", _int_between(0, 1023))
+    endpoint = problems.value("endpoint", _free_text)
+    model = problems.value("model", _free_text)
+    since, until = _time_range(problems)
+    problems.raise_if_any()
+    return ChartFilter(host, gpu, endpoint, model, since, until)
 
 
 def notification_filter(args: MultiDict[str, str], default_page_size: int,

@@ -52,4 +52,4 @@ def healthz() -> tuple[Response, int]:
 
 @ops.get("/metrics")
 def metrics() -> Response:
-    return Response(generate_latest(current_core().metrics.registry), content_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(current_core().metrics.exposed()), content_type=CONTENT_TYPE_LATEST)

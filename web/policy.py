@@ -32,6 +32,8 @@ ROUTE_POLICY: dict[str, str] = {
     "slos_api.get_slo": READ,
     "slos_ui.slos_page": READ,
     "slos_ui.slo_page": READ,
+    "charts_ui.tokens": READ,
+    "charts_ui.memory": READ,
     # lifecycle and silences
     "incidents_api.change_status": OPERATE,
     "incidents_api.add_comment": OPERATE,

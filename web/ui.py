@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from gpuslo.engine.events import KINDS, format_time
+from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.model import SEVERITIES
-from gpuslo.engine.store import notifications, repository
+from gpuslo.engine.store import charts, notifications, repository
 from gpuslo.engine.violations import STATUSES
+from gpuslo.web.chart_data import evidence_timeline, severity_over_time, stall_attribution
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.filters import event_filter, violation_filter
@@ -26,19 +26,6 @@ ui = Blueprint("ui", __name__)
 def trace_link(trace_id: str | None, span_id: str | None = None) -> str | None:
     """The configured trace UI's URL of an event's trace, or None."""
     return trace_url(current_core().settings.trace_url_template, trace_id, span_id)
-
-
-@ui.app_template_filter("when")
-def when(moment: datetime | str | None) -> str:
-    """A time as `2025-01-31 12:00:00.123456Z` (RFC 3339 with a space, readable in a table)."""
-    if moment is None:
-        return ""
-    if isinstance(moment, str):  # explanation JSON carries ISO strings
-        try:
-            moment = datetime.fromisoformat(moment)
-        except ValueError:
-            return moment
-    return format_time(moment).replace("T", " ")
 
 
 @ui.app_template_filter("short_hash")
@@ -83,7 +70,10 @@ def violations() -> str:
     filters, paging = violation_filter(request.args, current_core().settings.page_size)
     with current_core().database.session(readonly=True) as session:
         page = repository.list_violations(session, filters, page=paging.page, page_size=paging.page_size)
-    return render_template("violations.html", page=page, args=request.args)
+        marks = charts.violation_marks(session, filters)
+    over_time = severity_over_time(marks, SEVERITIES)
+    return render_template("violations.html", page=page, args=request.args, over_time=over_time,
+                           charts_on_page=bool(marks))
 
 
 @ui.get("/violations/<int:violation_id>")
@@ -94,7 +84,10 @@ def violation(violation_id: int) -> str:
     if detail is None:
         raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
     return render_template("violation.html", v=detail, explanation=detail.explanation or {},
-                           notifications=sent or (), costs=current_core().violation_costs(violation_id))
+                           notifications=sent or (), costs=current_core().violation_costs(violation_id),
+                           timeline=evidence_timeline(detail.evidence),
+                           attribution=stall_attribution(detail.evidence),
+                           charts_on_page=bool(detail.evidence))
 
 
 @ui.get("/rulebooks")

@@ -39,6 +39,7 @@ from gpuslo.engine.store.rows import (
     violation_fields,
     violation_view,
 )
+from gpuslo.engine.store.search import violation_conditions
 from gpuslo.engine.store.views import (
     EventFilter,
     Page,
@@ -299,15 +300,7 @@ def list_violations(session: Session, filters: ViolationFilter, *, page: int = 1
                     page_size: int = 50) -> Page[ViolationView]:
     """Violations matching the filter, most recently seen first."""
     _check_page("list_violations", page, page_size)
-    conditions: list[ColumnElement[bool]] = []
-    for name in ("status", "severity", "slo", "rule_id", "host", "gpu"):
-        value = getattr(filters, name)
-        if value is not None:
-            conditions.append(getattr(ViolationRow, name) == value)
-    if filters.since is not None:
-        conditions.append(ViolationRow.last_seen >= filters.since)
-    if filters.until is not None:
-        conditions.append(ViolationRow.last_seen <= filters.until)
+    conditions = violation_conditions(filters)
     newest_first = (ViolationRow.last_seen.desc(), ViolationRow.id.desc())
     query = select(ViolationRow).where(*conditions).order_by(*newest_first)
     rows, total = _paged(session, query, conditions, ViolationRow, page, page_size)

@@ -25,7 +25,8 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True)
 class ViolationFilter:
-    """Every field optional; `since`/`until` bound last_seen (inclusive)."""
+    """Every field optional; `since`/`until` bound last_seen (inclusive); `host` and `rule_id` ending in `*` are
+    prefixes and `text` is a substring of host, rule, title or summary (store.search)."""
 
     status: str | None = None
     severity: str | None = None
@@ -35,6 +36,7 @@ class ViolationFilter:
     gpu: int | None = None
     since: datetime | None = None
     until: datetime | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True)

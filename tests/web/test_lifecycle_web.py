@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html import unescape
 
-from web_support import seed_violation
+from web_support import assert_no_inline_code, seed_violation
 
 from gpuslo.engine.events import parse_event
 
@@ -78,7 +78,7 @@ def _page(client, url: str) -> str:
     response = client.get(url)
     assert response.status_code == 200
     html = response.get_data(as_text=True)
-    assert "<script" not in html and "style=" not in html
+    assert_no_inline_code(html)
     return html
 
 

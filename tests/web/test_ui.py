@@ -7,7 +7,7 @@ from html import unescape
 from typing import Any
 
 import pytest
-from web_support import RULES_DIR, app_settings, seed_violation
+from web_support import RULES_DIR, app_settings, assert_no_inline_code, seed_violation
 
 from gpuslo.engine.events import parse_event
 from gpuslo.web import create_app
@@ -27,7 +27,7 @@ def _page(client, url: str, status: int = 200) -> str:
     assert response.mimetype == "text/html"
     assert response.headers["Content-Security-Policy"] == "default-src 'self'"
     html = response.get_data(as_text=True)
-    assert "<script" not in html and "style=" not in html and "<style" not in html
+    assert_no_inline_code(html)
     return html
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import EventError, FieldProblem
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
+from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.views import ViolationView
@@ -36,6 +38,8 @@ class FakeCore:
         self.metrics = SimpleNamespace(
             registry=registry,
             engine_queue_depth=Gauge("gpuslo_engine_queue_depth", "queued events", registry=registry),
+            http=HttpMetrics(registry),
+            exposed=lambda: registry,
         )
 
     def ingest(self, items: Sequence[object]) -> IngestReport:
@@ -105,3 +109,19 @@ def app_settings(database: Database, rules_dir: Path, **overrides: Any) -> Setti
                               "max_body_bytes": 64 * 1024, "max_events_per_request": 20, "page_size": 2}
     values.update(overrides)
     return Settings(**values)
+
+
+_SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.DOTALL | re.IGNORECASE)
+
+
+def assert_no_inline_code(html: str) -> None:
+    """What the CSP (default-src 'self') would refuse is not in the page: every <script> is a static file with no
+    body or a JSON data block (never run), and there is no style attribute or <style> element."""
+    for attributes, body in _SCRIPT.findall(html):
+        if 'type="application/json"' in attributes:
+            assert "</" not in body, body[:200]
+            continue
+        assert re.fullmatch(r'\s+src="/static/[\w./-]+\.js"( defer)?\s*', attributes), attributes
+        assert body == "", body[:200]
+    assert len(_SCRIPT.findall(html)) == html.lower().count("<script")
+    assert "style=" not in html and "<style" not in html
