@@ -117,7 +117,7 @@ def attribute(start_ns: int, end_ns: int, intervals: Sequence[Interval], samples
     shares[NETWORK] = length(network) / 1e6
     evidence: dict[str, str] = {}
     retransmits = _clip(intervals, "retransmit", (start_ns - 1_000_000_000, end_ns))
-    if shares[NETWORK] > 0:
+    if shares[NETWORK] >= 1.0:
         evidence[NETWORK] = (f"the server sent on time: no server-side gap over {shares[NETWORK]:.0f} ms of the "
                              f"stall; {len(retransmits)} TCP retransmits on the port")
     remaining = subtract(whole, network)

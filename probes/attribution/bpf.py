@@ -43,6 +43,7 @@ class Thresholds:
     cuda_ns: int = 2_000_000
     send_gap_ns: int = 30_000_000
     block_ns: int = 5_000_000
+    burst_gap_ns: int = 1_000_000  # allocation/free calls closer than this are one burst
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -54,9 +55,11 @@ def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringb
     t = thresholds
     defines = (f"#define AT_RUNNABLE_NS {t.runnable_ns}ULL\n#define AT_SYSCALL_NS {t.syscall_ns}ULL\n"
                f"#define AT_CUDA_NS {t.cuda_ns}ULL\n#define AT_SEND_GAP_NS {t.send_gap_ns}ULL\n"
-               f"#define AT_BLOCK_NS {t.block_ns}ULL\n#define AT_PORT {int(port)}\n"
+               f"#define AT_BLOCK_NS {t.block_ns}ULL\n#define AT_BURST_GAP_NS {t.burst_gap_ns}ULL\n"
+               f"#define AT_PORT {int(port)}\n"
                f"#define AT_RINGBUF_PAGES {ringbuf_pages}\n")
     stubs = "".join(
         f"int at_enter_{i}(struct pt_regs *ctx) {{ return at_cuda_enter({i}); }} /* {c.symbol} */\n"
-        f"int at_leave_{i}(struct pt_regs *ctx) {{ return at_cuda_leave({i}); }}\n" for i, c in enumerate(calls))
+        f"int at_leave_{i}(struct pt_regs *ctx) {{ return at_cuda_leave({i}, {int(c.kind == ALLOC)}); }}\n"
+        for i, c in enumerate(calls))
     return defines + (_HERE / "signals.bpf.c").read_text() + "\n" + stubs

@@ -41,8 +41,7 @@ def to_interval(r: Record) -> Interval | None:
         name = SYSCALL_NAMES.get(r.arg, f"syscall {r.arg}")
         return Interval("ioctl" if r.arg == IOCTL else "syscall", detail=name, **base)
     if r.kind == CUDA:
-        call = TIMED_CALLS[r.arg] if r.arg < len(TIMED_CALLS) else None
-        return None if call is None else Interval(call.kind, detail=call.symbol, **base)
+        return _cuda(r.arg & 0xFFFFFFFF, r.arg >> 32, base)
     if r.kind == SEND_GAP:
         return Interval("send_gap", detail="sendto" if r.arg == 44 else "sendmsg", **base)
     if r.kind == RETRANSMIT:
@@ -50,6 +49,14 @@ def to_interval(r: Record) -> Interval | None:
     if r.kind == BLOCK_IO:
         return Interval("block_io", detail=f"{r.arg} bytes", **base)
     return None
+
+
+def _cuda(func: int, calls: int, base: dict[str, int]) -> Interval | None:
+    call = TIMED_CALLS[func] if func < len(TIMED_CALLS) else None
+    if call is None:
+        return None
+    detail = call.symbol if calls <= 1 else f"{calls} allocation/free calls (last {call.symbol})"
+    return Interval(call.kind, detail=detail, **base)
 
 
 class Collector:
@@ -113,6 +120,16 @@ class Collector:
             while self.intervals and self.intervals[0].end_ns < horizon:
                 self.intervals.popleft()
         return new
+
+    def open_bursts(self) -> list[Interval]:
+        """Allocation/free bursts still open in the kernel map (their end is not yet known to be final)."""
+        found = []
+        for key, b in self._bpf[b"bursts"].items():
+            if b.end - b.start >= self.thresholds.cuda_ns:
+                interval = _cuda(b.func, b.calls, {"start_ns": b.start, "end_ns": b.end, "tid": int(key.value)})
+                if interval is not None:
+                    found.append(interval)
+        return found
 
     def page_faults(self) -> dict[int, int]:
         table = self._bpf[b"faults"]

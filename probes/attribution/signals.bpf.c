@@ -49,6 +49,16 @@ BPF_HASH(runnable_since, u32, struct at_runnable, 65536);
 BPF_HASH(sys_start, u32, struct at_start, 65536);
 BPF_HASH(last_send, u32, u64, 65536);         /* tid -> its previous send */
 BPF_HASH(cuda_start, struct at_ckey, u64, 65536);
+/* Allocation and free calls come in bursts of short calls (a cache flush frees thousands of segments, each under
+ * a millisecond): calls of one thread less than AT_BURST_GAP_NS apart are merged here, and a burst crosses the
+ * ring buffer when the next one starts, if it reached AT_CUDA_NS. User space also reads the open bursts. */
+struct at_burst {
+    u64 start;
+    u64 end;
+    u32 func;   /* the last call of the burst */
+    u32 calls;
+};
+BPF_HASH(bursts, u32, struct at_burst, 65536);
 BPF_HASH(io_start, u64, u64, 65536);          /* sector -> issue time */
 BPF_HASH(faults, u32, u64, 1024);             /* tgid -> user page faults */
 BPF_PERCPU_ARRAY(lost, u64, 1);
@@ -223,16 +233,32 @@ static __always_inline int at_cuda_enter(u32 func)
     return 0;
 }
 
-static __always_inline int at_cuda_leave(u32 func)
+static __always_inline int at_cuda_leave(u32 func, int is_alloc)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct at_ckey k = {.tid = (u32)id, .func = func};
+    u32 tid = (u32)id;
+    struct at_ckey k = {.tid = tid, .func = func};
     u64 *t = cuda_start.lookup(&k);
     if (!t)
         return 0;
     u64 start = *t, now = bpf_ktime_get_ns();
     cuda_start.delete(&k);
-    if (now - start >= AT_CUDA_NS)
-        at_emit(AT_CUDA, start, now, func, id >> 32, (u32)id, 0, 0);
+    if (!is_alloc) {
+        if (now - start >= AT_CUDA_NS)
+            at_emit(AT_CUDA, start, now, func, id >> 32, tid, 0, 0);
+        return 0;
+    }
+    struct at_burst *b = bursts.lookup(&tid);
+    if (b && start <= b->end + AT_BURST_GAP_NS) {
+        if (now > b->end)
+            b->end = now;
+        b->func = func;
+        b->calls += 1;
+        return 0;
+    }
+    if (b && b->end - b->start >= AT_CUDA_NS)
+        at_emit(AT_CUDA, b->start, b->end, ((u64)b->calls << 32) | b->func, id >> 32, tid, 0, 0);
+    struct at_burst fresh = {.start = start, .end = now, .func = func, .calls = 1};
+    bursts.update(&tid, &fresh);
     return 0;
 }
