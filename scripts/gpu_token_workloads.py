@@ -162,16 +162,14 @@ class KernelStorm:
         self.every_s, self.mib, self.path = every_s, mib, path
         self.last = time.monotonic()
         self.storms: list[dict[str, Any]] = []
-        self._block = os.urandom(MIB)
+        self._data = os.urandom(MIB) * mib  # one write(2) of it all: one long system call, then the fsync
 
     def __call__(self) -> None:
         if time.monotonic() - self.last < self.every_s:
             return
         start = time.time_ns()
         with open(self.path, "wb") as f:
-            for _ in range(self.mib):
-                f.write(self._block)
-            f.flush()
+            os.write(f.fileno(), self._data)
             os.fsync(f.fileno())
         self.storms.append({"start_ns": start, "end_ns": time.time_ns()})
         self.last = time.monotonic()
@@ -198,6 +196,16 @@ def _chunk(api: str, token: str, request_id: str) -> dict[str, Any]:
                 "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}
     return {"id": request_id, "object": "text_completion", "model": MODEL,
             "choices": [{"index": 0, "text": token, "finish_reason": None}]}
+
+
+ENGINE_THREAD = b"gs-engine"
+
+
+def _name_thread(name: bytes) -> None:
+    """Set this OS thread's name (its comm): prctl(PR_SET_NAME)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, name, 0, 0, 0)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -257,6 +265,7 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"started": True})
 
     def _complete(self, api: str, body: dict[str, Any]) -> None:
+        _name_thread(ENGINE_THREAD)  # the attribution probe picks the serving threads by this name (comm=)
         prompt = body.get("prompt") if api == "completions" else " ".join(
             str(m.get("content", "")) for m in body.get("messages", []))
         max_tokens = max(1, min(int(body.get("max_tokens") or 16), 2048))

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event
 from gpuslo.probes.attribution.attribute import Attribution, attribute
+from gpuslo.probes.attribution.bpf import check_comm
 from gpuslo.probes.attribution.clock import Alignment, remeasure
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.attribution.gpu import GpuSampler
@@ -38,10 +39,11 @@ class AttributionConfig:
     delay_s: float = 0.3
     libraries: tuple[str, ...] = ()
     nvml: bool = True
+    comm: str = ""  # thread-name prefix of the serving threads ("" : every thread of the pids)
 
     @classmethod
     def parse(cls, arg: str | None) -> AttributionConfig:
-        """`pid=12+34,port=8000,gpu=0,hz=20,lib=/usr/lib/libcuda.so.1,nvml=0`; every item optional."""
+        """`pid=12+34,comm=engine,port=8000,gpu=0,hz=20,lib=/usr/lib/libcuda.so.1,nvml=0`; every item optional."""
         fields: dict[str, object] = {}
         libs: list[str] = []
         for item in (p.strip() for p in (arg or "").split(",") if p.strip()):
@@ -59,8 +61,11 @@ class AttributionConfig:
                     libs.append(value)
                 elif key == "nvml":
                     fields["nvml"] = value != "0"
+                elif key == "comm":
+                    check_comm(value)
+                    fields["comm"] = value
                 else:
-                    raise ValueError("unknown key (pid, port, gpu, hz, delay_s, lib, nvml)")
+                    raise ValueError("unknown key (pid, port, gpu, hz, delay_s, lib, nvml, comm)")
             except ValueError as exc:
                 raise ProbeError(f"attribution probe: '{item}': {exc}") from exc
         hz = float(fields.get("hz", 20.0))  # type: ignore[arg-type]
@@ -85,7 +90,7 @@ class AttributionProbe:
 
     def start(self) -> None:
         self.alignment, self._clock_at = remeasure(None), time.monotonic()
-        collector = Collector(resolve(self.config.libraries), port=self.config.port)
+        collector = Collector(resolve(self.config.libraries), port=self.config.port, comm=self.config.comm)
         try:
             collector.start()
         except ProbeError:

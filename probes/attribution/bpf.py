@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.ebpf.functions import LIBCUDA, LIBCUDART
 
 _HERE = Path(__file__).parent
@@ -41,7 +42,7 @@ class Thresholds:
     runnable_ns: int = 2_000_000
     syscall_ns: int = 2_000_000
     cuda_ns: int = 2_000_000
-    send_gap_ns: int = 30_000_000
+    send_gap_ns: int = 100_000_000  # above a token's normal time (50-70 ms for the H200 run's Python server)
     block_ns: int = 5_000_000
     burst_gap_ns: int = 1_000_000  # allocation/free calls closer than this are one burst
 
@@ -49,15 +50,22 @@ class Thresholds:
 DEFAULT_THRESHOLDS = Thresholds()
 
 
+def check_comm(comm: str) -> str:
+    """A thread-name prefix safe inside a C string literal (task comm is at most 15 bytes)."""
+    if len(comm) > 15 or not all(c.isalnum() or c in "-_.:/" for c in comm):
+        raise ProbeError(f"attribution probe: comm {comm!r}: at most 15 letters, digits or -_.:/")
+    return comm
+
+
 def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringbuf_pages: int = 256,
-               calls: tuple[TimedCall, ...] = TIMED_CALLS) -> str:
+               calls: tuple[TimedCall, ...] = TIMED_CALLS, comm: str = "") -> str:
     """The complete program: the thresholds, then signals.bpf.c, then one uprobe stub pair per timed call."""
     t = thresholds
     defines = (f"#define AT_RUNNABLE_NS {t.runnable_ns}ULL\n#define AT_SYSCALL_NS {t.syscall_ns}ULL\n"
                f"#define AT_CUDA_NS {t.cuda_ns}ULL\n#define AT_SEND_GAP_NS {t.send_gap_ns}ULL\n"
                f"#define AT_BLOCK_NS {t.block_ns}ULL\n#define AT_BURST_GAP_NS {t.burst_gap_ns}ULL\n"
                f"#define AT_PORT {int(port)}\n"
-               f"#define AT_RINGBUF_PAGES {ringbuf_pages}\n")
+               f"#define AT_RINGBUF_PAGES {ringbuf_pages}\n#define AT_COMM \"{check_comm(comm)}\"\n")
     stubs = "".join(
         f"int at_enter_{i}(struct pt_regs *ctx) {{ return at_cuda_enter({i}); }} /* {c.symbol} */\n"
         f"int at_leave_{i}(struct pt_regs *ctx) {{ return at_cuda_leave({i}, {int(c.kind == ALLOC)}); }}\n"

@@ -63,8 +63,8 @@ class Collector:
     """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close()."""
 
     def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                 keep_s: float = 120.0):
-        self.libraries, self.port, self.thresholds = libraries, port, thresholds
+                 keep_s: float = 120.0, comm: str = ""):
+        self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
         self.keep_ns = int(keep_s * 1e9)
         self.intervals: deque[Interval] = deque()
         self.attached: list[str] = []
@@ -77,7 +77,7 @@ class Collector:
         from bcc import BPF
 
         try:
-            self._bpf = BPF(text=build_text(self.thresholds, self.port).encode())
+            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm).encode())
         except Exception as exc:  # BCC raises bare Exception
             raise ProbeError(f"attribution probe: the BPF program did not load: {str(exc)[:500]}") from exc
         for i, call in enumerate(TIMED_CALLS):

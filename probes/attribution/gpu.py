@@ -4,6 +4,7 @@ offers it, and per-process SM shares, each sample on CLOCK_MONOTONIC."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -57,7 +58,8 @@ class GpuSampler:
             m.metrics[i].metricId = mid
         n.nvmlGpmMetricsGet(m)
         self._gpm_prev, self._gpm_next = self._gpm_next, self._gpm_prev
-        return {ids[i]: m.metrics[i].value / 100.0 for i in range(len(ids)) if m.metrics[i].nvmlReturn == 0}
+        return {ids[i]: m.metrics[i].value / 100.0 for i in range(len(ids))
+                if m.metrics[i].nvmlReturn == 0 and math.isfinite(m.metrics[i].value)}
 
     def _processes(self) -> tuple[tuple[int, float], ...]:
         n = self._nvml

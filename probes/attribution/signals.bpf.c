@@ -89,6 +89,26 @@ static __always_inline void at_emit(u32 kind, u64 start, u64 end, u64 arg, u32 p
     records.ringbuf_submit(r, 0);
 }
 
+/* AT_COMM (a thread-name prefix, "" for all) picks the serving threads among the process's threads: their sends,
+ * runnable intervals and system calls are the stream's; CUDA calls count for every thread of the process (an
+ * allocator flush on another thread holds the engine thread's allocations too). */
+static __always_inline int at_comm_is(const char *comm)
+{
+    const char want[] = AT_COMM;
+#pragma unroll
+    for (int i = 0; i < sizeof(want) - 1 && i < 16; i++)
+        if (comm[i] != want[i])
+            return 0;
+    return 1;
+}
+
+static __always_inline int at_comm_self(void)
+{
+    char comm[16] = {};
+    bpf_get_current_comm(comm, sizeof(comm));
+    return at_comm_is(comm);
+}
+
 static __always_inline u32 at_watched_self(u32 *tid_out)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -103,7 +123,7 @@ static __always_inline u32 at_watched_self(u32 *tid_out)
 TRACEPOINT_PROBE(sched, sched_wakeup)
 {
     u32 tid = args->pid;
-    if (!watched_tids.lookup(&tid))
+    if (!watched_tids.lookup(&tid) || !at_comm_is(args->comm))
         return 0;
     struct at_runnable r = {.ts = bpf_ktime_get_ns()};
     runnable_since.update(&tid, &r);
@@ -113,7 +133,7 @@ TRACEPOINT_PROBE(sched, sched_wakeup)
 TRACEPOINT_PROBE(sched, sched_wakeup_new)
 {
     u32 tid = args->pid;
-    if (!watched_tids.lookup(&tid))
+    if (!watched_tids.lookup(&tid) || !at_comm_is(args->comm))
         return 0;
     struct at_runnable r = {.ts = bpf_ktime_get_ns()};
     runnable_since.update(&tid, &r);
@@ -125,7 +145,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
     /* Preempted while running (no sleep-state bit): it is runnable from now on. */
-    if ((args->prev_state & 0xff) == 0 && watched_tids.lookup(&prev)) {
+    if ((args->prev_state & 0xff) == 0 && watched_tids.lookup(&prev) && at_comm_is(args->prev_comm)) {
         struct at_runnable r = {.ts = now, .other = next};
         bpf_probe_read_kernel(r.comm, sizeof(r.comm), args->next_comm);
         runnable_since.update(&prev, &r);
@@ -151,7 +171,7 @@ TRACEPOINT_PROBE(raw_syscalls, sys_enter)
 {
     u32 tid;
     u32 tgid = at_watched_self(&tid);
-    if (!tgid)
+    if (!tgid || !at_comm_self())
         return 0;
     u64 now = bpf_ktime_get_ns();
     long nr = args->id;

@@ -13,7 +13,8 @@ WAIT_SYSCALLS = frozenset({0, 7, 23, 24, 34, 35, 43, 45, 47, 61, 128, 202, 230, 
 IOCTL = 16
 SYSCALL_NAMES = {0: "read", 1: "write", 9: "mmap", 11: "munmap", 16: "ioctl", 17: "pread64", 18: "pwrite64",
                  20: "writev", 26: "msync", 28: "madvise", 44: "sendto", 46: "sendmsg", 74: "fsync",
-                 75: "fdatasync", 257: "openat", 3: "close", 10: "mprotect", 77: "ftruncate", 285: "fallocate", 318: "getrandom", 4: "stat", 262: "newfstatat"}
+                 75: "fdatasync", 257: "openat", 3: "close", 10: "mprotect", 77: "ftruncate", 285: "fallocate",
+                 318: "getrandom", 4: "stat", 262: "newfstatat"}
 
 
 @dataclass(frozen=True)
