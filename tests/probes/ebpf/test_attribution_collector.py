@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from ebpf_support import requires_bpf
 
 from gpuslo.probes.attribution.collector import Collector
@@ -30,7 +29,8 @@ while time.monotonic() - t < 0.8: pass            # busy on CPU 0: the hog takes
 print("done", flush=True)
 """
 HOG = ("import os, sys, time\nos.sched_setaffinity(0, {0})\nos.setpriority(os.PRIO_PROCESS, 0, -20)\n"
-       "print('ready', flush=True)\nsys.stdin.readline()\nt = time.monotonic()\nwhile time.monotonic() - t < 0.25: pass\n")
+       "print('ready', flush=True)\nsys.stdin.readline()\n"
+       "t = time.monotonic()\nwhile time.monotonic() - t < 0.25: pass\n")
 
 
 @requires_bpf
