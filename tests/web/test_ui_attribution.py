@@ -1,0 +1,51 @@
+"""A stall with its attribution, from the H200 recording through the real rules and store, on the violation page:
+the stacked bar (inline SVG, no script or style) and each share with its evidence."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from web_support import RULES_DIR
+
+from gpuslo.engine.events import parse_event
+from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.runtime import RuleEvaluator
+from gpuslo.engine.store import repository
+
+RECORDING = Path(__file__).resolve().parents[2] / "examples" / "incidents" / "h200-stall-attribution.jsonl"
+
+
+def _stored_match(core, injected: str):
+    stall = next(parse_event(json.loads(line)) for line in RECORDING.read_text().splitlines()
+                 if f'"injected":"{injected}"' in line and '"attribution.dominant"' in line)
+    rulebooks, _ = load_directory(RULES_DIR)
+    evaluator = RuleEvaluator()
+    evaluator.load(rulebooks)
+    match = next(m for m in evaluator.evaluate([stall]) if m.rule_id.startswith("stall-"))
+    with core.database.session() as session:
+        repository.store_events(session, [stall], now=stall.time)
+        view = repository.record_match(session, match, now=stall.time)
+    return stall, view
+
+
+def test_the_violation_page_draws_the_stall_split_with_its_evidence(client, core):
+    stall, view = _stored_match(core, "cpu")
+    response = client.get(f"/violations/{view.id}")
+    html = response.get_data(as_text=True)
+    assert response.status_code == 200 and response.headers["Content-Security-Policy"] == "default-src 'self'"
+    assert "<script" not in html and "style=" not in html
+    assert 'id="attribution" class="attribution" data-dominant="scheduler"' in html
+    rects = re.findall(r'<rect class="layer layer-(\w+)" x="([\d.]+)" y="0"\s+width="([\d.]+)"', html)
+    layers = [r[0] for r in rects]
+    assert layers[0] == "network" or layers[0] == "scheduler"
+    assert "scheduler" in layers and "unattributed" in layers
+    widths = {layer: float(w) for layer, _, w in rects}
+    gap = stall.attrs["gap_ms"]
+    assert abs(widths["scheduler"] - stall.attrs["attribution.scheduler_ms"] / gap * 1000) < 0.01
+    assert abs(sum(widths.values()) - 1000) < 0.1  # the shares fill the bar
+    assert re.search(r'data-layer="scheduler">.*?runnable \d+ ms while', html, re.S)
+    detail = client.get(f"/api/v1/violations/{view.id}").get_json()
+    assert detail["explanation"]["attribution"]["dominant"] == "scheduler"
+    assert detail["explanation"]["attribution"]["event_id"] == stall.id
