@@ -13,6 +13,7 @@ from gpuslo.cli.alerts import alerts
 from gpuslo.cli.probe_logs import logs_command
 from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
+from gpuslo.cli.stalls import stalls
 from gpuslo.cli.tokens import tokens, users
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
@@ -167,3 +168,4 @@ probe.add_command(tokens_command)
 rules.add_command(rules_test)
 main.add_command(tokens)
 main.add_command(users)
+main.add_command(stalls)

@@ -23,6 +23,7 @@ from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
+from gpuslo.engine.stall_causes import CLUSTER_INTERVAL_S, StallCauses
 from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
@@ -84,6 +85,9 @@ class Gpuslo:
         self.scheduler.add_job(self.run_lifecycle, "interval", seconds=LIFECYCLE_INTERVAL_S, id="lifecycle",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.run_retention, "interval", seconds=RETENTION_INTERVAL_S, id="retention",
+                               max_instances=1, coalesce=True)
+        self.stall_causes = StallCauses(database)  # clustered stall causes, for the "Stall causes" page
+        self.scheduler.add_job(self.stall_causes.run, "interval", seconds=CLUSTER_INTERVAL_S, id="stall-causes",
                                max_instances=1, coalesce=True)
         if settings.rules_poll_seconds > 0:  # hot reload when a rulebook file changes
             self.scheduler.add_job(self.reload_if_changed, "interval", seconds=settings.rules_poll_seconds,

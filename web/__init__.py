@@ -85,6 +85,7 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.notifications_api import notifications_api
     from gpuslo.web.notifications_ui import notifications_ui
     from gpuslo.web.ops import ops
+    from gpuslo.web.stalls_ui import stalls_ui
     from gpuslo.web.ui import ui
 
     app.register_blueprint(api)
@@ -97,6 +98,7 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(admin_api)
     app.register_blueprint(notifications_api)
     app.register_blueprint(notifications_ui)
+    app.register_blueprint(stalls_ui)
 
 
 def register_error_handlers(app: Flask) -> None:

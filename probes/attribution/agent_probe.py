@@ -7,15 +7,19 @@ old, so the records covering it have crossed the ring buffer.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event
+from gpuslo.engine.stall_clusters import assign
 from gpuslo.probes.attribution.attribute import Attribution, attribute
 from gpuslo.probes.attribution.bpf import check_comm
 from gpuslo.probes.attribution.clock import Alignment, remeasure
@@ -40,6 +44,7 @@ class AttributionConfig:
     libraries: tuple[str, ...] = ()
     nvml: bool = True
     comm: str = ""  # thread-name prefix of the serving threads ("" : every thread of the pids)
+    clusters: str = ""  # a `gpuslo stalls cluster --model-out` file: stalls get `attribution.cluster`
 
     @classmethod
     def parse(cls, arg: str | None) -> AttributionConfig:
@@ -61,11 +66,13 @@ class AttributionConfig:
                     libs.append(value)
                 elif key == "nvml":
                     fields["nvml"] = value != "0"
+                elif key == "clusters":
+                    fields["clusters"] = value
                 elif key == "comm":
                     check_comm(value)
                     fields["comm"] = value
                 else:
-                    raise ValueError("unknown key (pid, port, gpu, hz, delay_s, lib, nvml, comm)")
+                    raise ValueError("unknown key (pid, port, gpu, hz, delay_s, lib, nvml, comm, clusters)")
             except ValueError as exc:
                 raise ProbeError(f"attribution probe: '{item}': {exc}") from exc
         hz = float(fields.get("hz", 20.0))  # type: ignore[arg-type]
@@ -87,6 +94,7 @@ class AttributionProbe:
         self.unavailable: list[str] = []
         self._clock_at = 0.0
         self._lock = threading.Lock()
+        self.model = _load_model(config.clusters) if config.clusters else None
 
     def start(self) -> None:
         self.alignment, self._clock_at = remeasure(None), time.monotonic()
@@ -157,7 +165,11 @@ class AttributionProbe:
         if stall.kind != "token_stall":
             return stall
         found = self.attribution(stall)
-        return replace(stall, attrs=MappingProxyType({**stall.attrs, **found.attrs()}))
+        enriched = replace(stall, attrs=MappingProxyType({**stall.attrs, **found.attrs()}))
+        cluster = assign(enriched, self.model) if self.model else None
+        if cluster is not None:
+            enriched = replace(enriched, attrs=MappingProxyType({**enriched.attrs, "attribution.cluster": cluster}))
+        return enriched
 
     def stop(self) -> None:
         if self.sampler is not None:
@@ -165,6 +177,17 @@ class AttributionProbe:
         if self.collector is not None:
             self.collector.close()
             self.collector = None
+
+
+def _load_model(path: str) -> dict[str, Any]:
+    try:
+        model = json.loads(Path(path).read_text())
+        if not isinstance(model.get("clusters"), list) or "eps" not in model:
+            raise ValueError("no clusters and eps")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ProbeError(f"attribution probe: clusters={path}: not a `gpuslo stalls cluster --model-out` file "
+                         f"({exc})") from exc
+    return model
 
 
 def build_probe(arg: str | None, host: str) -> AttributionProbe:

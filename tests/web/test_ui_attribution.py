@@ -49,3 +49,25 @@ def test_the_violation_page_draws_the_stall_split_with_its_evidence(client, core
     detail = client.get(f"/api/v1/violations/{view.id}").get_json()
     assert detail["explanation"]["attribution"]["dominant"] == "scheduler"
     assert detail["explanation"]["attribution"]["event_id"] == stall.id
+
+
+def test_the_stall_causes_page_lists_the_clusters_and_plots_the_stalls(client, core):
+    events = [parse_event(json.loads(line)) for line in RECORDING.read_text().splitlines() if line.strip()]
+    with core.database.session() as session:
+        repository.store_events(session, events, now=events[-1].time)
+    core.stall_causes.run(now=events[-1].time)  # what the periodic job does
+    response = client.get("/stalls")
+    html = response.get_data(as_text=True)
+    assert response.status_code == 200 and "<script" not in html and "style=" not in html
+    rows = re.findall(r'<tr class="stall-cluster" id="cluster-([\w-]+)"', html)
+    assert rows == ["cpu-starvation", "kernel-io", "network-delay", "allocator-flush"]
+    assert re.search(r'id="cluster-cpu-starvation".*?class="count">29<.*?39\.4 %', html, re.S)
+    assert len(re.findall(r'<circle class="point layer-', html)) == 89
+    assert 'id="nav-stalls"' in html
+    api = client.get("/api/v1/stalls/clusters").get_json()
+    assert [c["id"] for c in api["clusters"]][:1] == ["cpu-starvation"] and len(api["labels"]) == 89
+
+
+def test_no_stalls_is_said_plainly(client):
+    html = client.get("/stalls").get_data(as_text=True)
+    assert 'id="no-stall-clusters"' in html
