@@ -7,22 +7,19 @@ old, so the records covering it have crossed the ring buffer.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event
-from gpuslo.engine.stall_clusters import assign
 from gpuslo.probes.attribution.attribute import Attribution, attribute
 from gpuslo.probes.attribution.bpf import check_comm
 from gpuslo.probes.attribution.clock import Alignment, remeasure
+from gpuslo.probes.attribution.clusters import load, nearest
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.attribution.gpu import GpuSampler
 from gpuslo.probes.ebpf.libraries import resolve
@@ -94,7 +91,7 @@ class AttributionProbe:
         self.unavailable: list[str] = []
         self._clock_at = 0.0
         self._lock = threading.Lock()
-        self.model = _load_model(config.clusters) if config.clusters else None
+        self.model = load(config.clusters) if config.clusters else None
 
     def start(self) -> None:
         self.alignment, self._clock_at = remeasure(None), time.monotonic()
@@ -166,7 +163,7 @@ class AttributionProbe:
             return stall
         found = self.attribution(stall)
         enriched = replace(stall, attrs=MappingProxyType({**stall.attrs, **found.attrs()}))
-        cluster = assign(enriched, self.model) if self.model else None
+        cluster = nearest(enriched.attrs, self.model) if self.model else None
         if cluster is not None:
             enriched = replace(enriched, attrs=MappingProxyType({**enriched.attrs, "attribution.cluster": cluster}))
         return enriched
@@ -177,17 +174,6 @@ class AttributionProbe:
         if self.collector is not None:
             self.collector.close()
             self.collector = None
-
-
-def _load_model(path: str) -> dict[str, Any]:
-    try:
-        model = json.loads(Path(path).read_text())
-        if not isinstance(model.get("clusters"), list) or "eps" not in model:
-            raise ValueError("no clusters and eps")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ProbeError(f"attribution probe: clusters={path}: not a `gpuslo stalls cluster --model-out` file "
-                         f"({exc})") from exc
-    return model
 
 
 def build_probe(arg: str | None, host: str) -> AttributionProbe:

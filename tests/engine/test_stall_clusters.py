@@ -86,3 +86,15 @@ def test_cli_prints_and_saves_the_clusters(tmp_path):
     bad.write_text('{"kind": "token_stall"}\n')
     failed = CliRunner().invoke(main, ["stalls", "cluster", "--events", str(bad)])
     assert failed.exit_code == 2 and f"{bad}:1: not an event" in failed.output
+
+
+def test_the_nodes_cluster_assignment_agrees_with_the_engines(tmp_path):
+    from gpuslo.probes.attribution.clusters import load, nearest, vector
+
+    events = _events()
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(cluster(events).to_dict()))
+    model = load(str(path))
+    for stall in (e for e in events if "attribution.dominant" in e.attrs):
+        assert vector(stall.attrs) == features(stall)
+        assert nearest(stall.attrs, model) == assign(stall, model)
