@@ -13,8 +13,10 @@ from gpuslo.cli.alerts import alerts
 from gpuslo.cli.probe_logs import logs_command
 from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
+from gpuslo.cli.silences import silences
 from gpuslo.cli.stalls import stalls
 from gpuslo.cli.tokens import tokens, users
+from gpuslo.cli.violations import violations
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -36,7 +38,7 @@ def settings_of(ctx: click.Context) -> Settings:
     return settings
 
 
-@click.group(cls=GpusloGroup)
+@click.group(cls=GpusloGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_file",
@@ -160,7 +162,44 @@ def probe() -> None:
     """Run or inspect the node probes."""
 
 
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.pass_context
+def completion(ctx: click.Context, shell: str) -> None:
+    """Print the shell completion script: `eval "$(gpuslo completion bash)"` (in ~/.bashrc), or for zsh
+    `eval "$(gpuslo completion zsh)"`, or `gpuslo completion fish > ~/.config/fish/completions/gpuslo.fish`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # click ships all three; a missing one is a broken install
+        raise click.UsageError(f"no completion for {shell}")
+    click.echo(completer(main, {}, "gpuslo", "_GPUSLO_COMPLETE").source())
+
+
+@main.command()
+@click.option("--server", default=None, help="Base URL of the gpuslo server (default: the `public_url` setting).")
+@click.option("--token", envvar="GPUSLO_TOKEN", default=None, help="A read-scoped token (or $GPUSLO_TOKEN).")
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+              help="stdio for an assistant that starts it; http serves streamable HTTP on --listen.")
+@click.option("--listen", default="127.0.0.1:8765", show_default=True, help="HOST:PORT for --transport http.")
+@click.pass_context
+def mcp(ctx: click.Context, server: str | None, token: str | None, transport: str, listen: str) -> None:
+    """Run a Model Context Protocol server with read-only tools (list_violations, explain_violation, slo_status,
+    recent_events) over a gpuslo server's API."""
+    from gpuslo.cli.api_client import ApiClient
+    from gpuslo.cli.mcp_server import build_server
+
+    client = ApiClient(server or settings_of(ctx).public_url, token)
+    if transport == "stdio":
+        build_server(client).run("stdio")
+    else:
+        host, _, port = listen.rpartition(":")
+        build_server(client, host=host or "127.0.0.1", port=int(port)).run("streamable-http")
+
+
 # Commands written in their own modules.
+main.add_command(violations)
+main.add_command(silences)
 main.add_command(agent)
 main.add_command(alerts)
 probe.add_command(logs_command)
@@ -169,3 +208,7 @@ rules.add_command(rules_test)
 main.add_command(tokens)
 main.add_command(users)
 main.add_command(stalls)
+
+
+if __name__ == "__main__":  # `python -m gpuslo.cli.main`, as the MCP test starts it
+    sys.exit(main())

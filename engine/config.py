@@ -29,6 +29,8 @@ class Settings:
     secret_key: str = field(default="", repr=False)
     page_size: int = 50
     public_url: str = "http://127.0.0.1:8080"
+    # A trace UI's URL with {trace_id} (and optionally {span_id}): events that carry a W3C trace link to it.
+    trace_url_template: str = ""
     alerts_config: Path | None = None
     # Access control and audit (docs/configuration.md#access-control).
     auth_required: bool = True

@@ -23,7 +23,8 @@ SCHEMA_ID = "https://gpuslo.dev/schema/event.json"
 # Field types as the rule language sees them: "int", "number", "string".
 ENVELOPE_FIELDS: Mapping[str, str] = MappingProxyType(
     {"id": "string", "kind": "string", "host": "string", "gpu": "int", "gpu_uuid": "string",
-     "pid": "int", "job": "string", "rank": "int", "source": "string", "message": "string"}
+     "pid": "int", "job": "string", "rank": "int", "source": "string", "message": "string",
+     "trace_id": "string", "span_id": "string"}
 )
 
 _BYTES = "int"
@@ -67,6 +68,15 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
+    "nccl_progress": MappingProxyType({
+        "comm": "string", "op": "string", "seq": "int", "count": "int", "state": "string",
+        "idle_ms": "number", "lag": "int", "aborts": "int", "async_error": "int", "nranks": "int"}),
+    "gpu_health": MappingProxyType({
+        "signal": "string", "value": "number", "detail": "string", "fb_used_bytes": _BYTES,
+        "fb_free_bytes": _BYTES, "sm_active": "number", "dram_active": "number"}),
+    "external_alert": MappingProxyType({
+        "alertname": "string", "status": "string", "fingerprint": "string", "severity": "string",
+        "summary": "string", "generator_url": "string", "starts_at": "string", "ends_at": "string"}),
 })
 KINDS: tuple[str, ...] = tuple(KIND_ATTRS)
 
@@ -76,11 +86,17 @@ _REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "token_request": ("request_id", "phase"),
     "gpu_xid": ("xid",),
     "probe_status": ("probe", "state"),
+    "nccl_progress": ("op", "seq", "state"),
+    "gpu_health": ("signal",),
+    "external_alert": ("alertname", "status", "fingerprint"),
 })
 _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("mem_fragmentation", "scope"): ("allocator", "device"),
     ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
     ("token_request", "phase"): ("start", "first_token", "done", "error"),
+    ("external_alert", "status"): ("firing", "resolved"),
+    ("nccl_progress", "state"): ("progressing", "idle", "aborted", "error"),
+    ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
     ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
@@ -130,6 +146,10 @@ def _envelope_schema() -> dict[str, Any]:
             "source": {"type": ["string", "null"], "maxLength": 64},
             "attrs": {"type": "object"},
             "message": {"type": ["string", "null"], "maxLength": MESSAGE_MAX},
+            "trace_id": {"type": ["string", "null"], "pattern": "^(?!0{32})[0-9a-f]{32}$",
+                         "description": "W3C trace id (32 lower-case hex digits) of the request this event saw."},
+            "span_id": {"type": ["string", "null"], "pattern": "^(?!0{16})[0-9a-f]{16}$",
+                        "description": "W3C span id (16 lower-case hex digits) within that trace."},
         },
     }
 
@@ -197,6 +217,8 @@ class Event:
     source: str | None = None
     attrs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     message: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
 
     def get(self, name: str) -> Any:
         """A field by its rule-language name: envelope field, `labels.<key>`, or attribute."""
@@ -215,7 +237,7 @@ class Event:
         """The canonical JSON form (None fields left out)."""
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "time": format_time(self.time),
                                "host": self.host}
-        for name in ("gpu", "gpu_uuid", "pid", "job", "rank", "source"):
+        for name in ("gpu", "gpu_uuid", "pid", "job", "rank", "source", "trace_id", "span_id"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -313,6 +335,7 @@ def parse_event(obj: object) -> Event:
         gpu_uuid=obj.get("gpu_uuid"), pid=obj.get("pid"), job=obj.get("job"), rank=obj.get("rank"),
         labels=MappingProxyType(dict(obj.get("labels") or {})), source=obj.get("source"),
         attrs=MappingProxyType(dict(obj.get("attrs") or {})), message=obj.get("message"),
+        trace_id=obj.get("trace_id"), span_id=obj.get("span_id"),
     )
 
 

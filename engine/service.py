@@ -15,6 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.alerts import AlertsConfig, DeliveryWorker, enqueue_for_change, load_alerts_config
+from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloError, Location, RulebookProblem
 from gpuslo.engine.events import Event, parse_event
@@ -99,6 +100,11 @@ class Gpuslo:
         self.delivery = DeliveryWorker(database, self.alerts) if self.alerts else None
         if self.delivery:
             self.delivery.install(self.scheduler)
+        self.resender = (AlertmanagerResender(
+            database, [r for r in self.alerts.receivers.values() if isinstance(r, AlertmanagerReceiver)],
+            self.alerts.target_policy, settings.public_url) if self.alerts else None)
+        if self.resender:
+            self.resender.install(self.scheduler)
 
     @classmethod
     def open(cls, settings: Settings) -> Gpuslo:
@@ -116,6 +122,8 @@ class Gpuslo:
             self.scheduler.shutdown(wait=True)
         if self.delivery:
             self.delivery.close()
+        if self.resender:
+            self.resender.close()
         self.runtime.stop()
         self.database.dispose()
 

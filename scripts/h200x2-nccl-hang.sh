@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7 on a 2-GPU host (nvidia-h200-x2): a two-rank NCCL job whose rank 1 skips one all-reduce; rank 0's
+# Issue 7 (and issue 20: the NCCL eBPF probe beside the watchdog; not yet run on two GPUs) on a 2-GPU host (nvidia-h200-x2): a two-rank NCCL job whose rank 1 skips one all-reduce; rank 0's
 # ProcessGroupNCCL watchdog times out (20 s) and aborts the communicator. gpuslo serve runs beside it with the
 # eBPF probe (libnccl ncclCommAbort / ncclCommGetAsyncError) and NVML through `gpuslo agent`, and the log probe
 # on both ranks' output. Asserts a violation naming the op, seq, the rank that timed out and the rank that
@@ -30,7 +30,7 @@ GPUSLO_DATABASE_URL="sqlite:///$PWD/$OUT/gpuslo.db" GPUSLO_AUTH_REQUIRED=false \
 pids+=($!)
 for _ in $(seq 60); do curl -sf "$SERVER/api/v1/rulebooks" > /dev/null && break; sleep 1; done
 
-"$GPUSLO" agent --server "$SERVER" --spool "$OUT/spool.db" --probe ebpf --probe nvml > "$OUT/agent.log" 2>&1 &
+"$GPUSLO" agent --server "$SERVER" --spool "$OUT/spool.db" --probe ebpf --probe nvml --probe nccl > "$OUT/agent.log" 2>&1 &
 pids+=($!)
 : > "$OUT/rank0.log"; : > "$OUT/rank1.log"
 "$GPUSLO" probe logs --host "$(hostname)" --job "$JOB" --label world_size=2 --interval 0.5 \
@@ -86,6 +86,14 @@ with open(f"{out}/events.jsonl", "w") as handle:
         handle.write(json.dumps(event, sort_keys=True) + "\n")
 sources = {e.get("source") for e in events}
 print("event sources on the timeline:", sorted(s for s in sources if s))
+# Issue 20: eBPF's view of the same hang: each rank's collective count from the NCCL probe, and the hang named
+# from eBPF beside the watchdog (collective-hang-ebpf) and from eBPF alone (nccl-rank-behind).
+progress = [e for e in events if e["kind"] == "nccl_progress"]
+print("nccl_progress:", [(e.get("rank"), e["attrs"]["state"], e["attrs"]["seq"], e["attrs"]["lag"]) for e in progress])
+assert {e.get("rank") for e in progress} == {0, 1}, "the NCCL probe saw both ranks"
+ebpf = [v for v in violations if v.get("rule_id") in ("collective-hang-ebpf", "nccl-rank-behind")]
+print("eBPF violations:", [(v["rule_id"], v["summary"]) for v in ebpf])
+assert any(v["rule_id"] == "nccl-rank-behind" and v["summary"].startswith("Rank 1 ") for v in ebpf), ebpf
 EOF
 cp "$OUT/events.jsonl" examples/incidents/h200x2-nccl-hang.jsonl
 echo "saved examples/incidents/h200x2-nccl-hang.jsonl; add a rule-test case from it (issue 7)"

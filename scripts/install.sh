@@ -7,7 +7,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${GPUSLO_VENV:-$root/.venv}
 # Needed to build and test: a venv, a compiler for durable-rules, Chromium for the browser test.
-required_pkgs=(python3-venv python3-dev build-essential make git chromium chromium-driver)
+required_pkgs=(python3-venv python3-dev build-essential make git chromium chromium-driver
+    prometheus-alertmanager)  # Alertmanager: the interop tests run against the real one
 # Needed only by the eBPF probe; a machine without them still runs everything else.
 ebpf_pkgs=(python3-bpfcc bpfcc-tools linux-headers-cloud-amd64)
 

@@ -36,6 +36,9 @@ def create_app(settings: Settings, core: Gpuslo | None = None) -> Flask:
 
 
 def configure_app(app: Flask, settings: Settings) -> None:
+    from gpuslo.web.trace_links import check_template
+
+    check_template(settings.trace_url_template)  # a ConfigError at start, not a broken link on every page
     # Werkzeug enforces this on Content-Length and on streamed (chunked) bodies alike.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the documented field order
@@ -82,6 +85,7 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.auth_views import auth
     from gpuslo.web.incidents_api import incidents_api
     from gpuslo.web.incidents_ui import incidents_ui
+    from gpuslo.web.integrations_api import integrations_api
     from gpuslo.web.notifications_api import notifications_api
     from gpuslo.web.notifications_ui import notifications_ui
     from gpuslo.web.ops import ops
@@ -89,6 +93,7 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.ui import ui
 
     app.register_blueprint(api)
+    app.register_blueprint(integrations_api)
     app.register_blueprint(incidents_api)
     app.register_blueprint(ops)
     app.register_blueprint(ui)

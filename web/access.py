@@ -206,7 +206,7 @@ def enforce() -> Response | None:
             raise RequestError(403, "forbidden", f"this needs the {needed!r} permission")
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         check_csrf(principal.via if principal else None)
-    if endpoint == "api.post_events" and principal is not None:
+    if endpoint in ("api.post_events", "integrations_api.alertmanager_webhook") and principal is not None:
         _limit_ingest(access, principal)
     return None
 

@@ -18,7 +18,7 @@ api = Blueprint("api", __name__, url_prefix="/api/v1")
 _READ_CHUNK = 256 * 1024  # bodies without a Content-Length (chunked) are read in pieces of this size
 
 
-def _read_body(limit: int) -> bytes:
+def read_body(limit: int) -> bytes:
     """The raw body, refused with 413 by its Content-Length or once more than `limit` bytes arrive."""
     too_large = RequestError(413, "body_too_large", f"request body is larger than the limit of {limit} bytes")
     declared = request.content_length
@@ -42,7 +42,7 @@ def post_events() -> tuple[Response, int]:
     if encoding not in ("", "identity"):
         raise RequestError(415, "unsupported_encoding", f"Content-Encoding {encoding} is not accepted")
     body_format = ingest_body.check_content_type(request.mimetype, request.mimetype_params.get("charset"))
-    raw = _read_body(settings.max_body_bytes)
+    raw = read_body(settings.max_body_bytes)
     body = ingest_body.parse_body(raw, body_format, settings.max_events_per_request)
     items = ingest_body.decodable(body)
     # Bad NDJSON lines never reach the core; when every line is bad there is nothing to hand over.

@@ -17,6 +17,7 @@ ROUTE_POLICY: dict[str, str] = {
     "auth.logout": PUBLIC,
     # ingest and reading
     "api.post_events": INGEST,
+    "integrations_api.alertmanager_webhook": INGEST,  # Alertmanager's webhook_configs send an ingest token
     "api.event_schema": READ,
     "api.list_violations": READ,
     "api.get_violation": READ,

@@ -17,8 +17,15 @@ from gpuslo.engine.violations import STATUSES
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.filters import event_filter, violation_filter
+from gpuslo.web.trace_links import trace_url
 
 ui = Blueprint("ui", __name__)
+
+
+@ui.app_template_global("trace_link")
+def trace_link(trace_id: str | None, span_id: str | None = None) -> str | None:
+    """The configured trace UI's URL of an event's trace, or None."""
+    return trace_url(current_core().settings.trace_url_template, trace_id, span_id)
 
 
 @ui.app_template_filter("when")

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver
 from gpuslo.engine.alerts.egress import Resolver, TargetPolicy, check_url, system_resolver
 from gpuslo.engine.alerts.notification import SEVERITIES, Receiver
 from gpuslo.engine.alerts.opsgenie import DEFAULT_URL as OPSGENIE_URL
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 TOP = {"receivers", "routes", "inhibit"}
 RECEIVER_FIELDS = {
     "pagerduty": {"routing_key", "url"}, "slack": {"url"}, "opsgenie": {"api_key", "url"},
-    "webhook": {"url", "secret", "format"},
+    "webhook": {"url", "secret", "format"}, "alertmanager": {"url", "token", "resend_interval"},
 }
 COMMON = {"name", "type", "rate_limit", "allow_private_network", "allow_http"}
 ROUTE_FIELDS = {"name", "match", "receivers", "group_wait", "repeat_interval", "send_resolved", "continue"}
@@ -225,8 +226,21 @@ def _webhook(problems: _Problems, item: dict[str, Any], path: Path_, target: _Ta
     return WebhookReceiver(target[0], url, tuple(secrets), fmt) if url else None
 
 
+def _alertmanager(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
+    url = problems.url(item.get("url"), (*path, "url"), target, secret_allowed=False)
+    token = problems.secret(item["token"], (*path, "token")) if "token" in item else None
+    interval = problems.duration(item.get("resend_interval"), (*path, "resend_interval"), 60.0)
+    if interval < 1:
+        problems.add((*path, "resend_interval"), "resend_interval must be at least 1s")
+        return None
+    if "token" in item and token is None:
+        return None
+    return AlertmanagerReceiver(target[0], str(url), token, interval) if url else None
+
+
 _BUILDERS: dict[str, Callable[[_Problems, dict[str, Any], Path_, _Target], Receiver | None]] = {
     "pagerduty": _pagerduty, "slack": _slack, "opsgenie": _opsgenie, "webhook": _webhook,
+    "alertmanager": _alertmanager,
 }
 
 

@@ -52,7 +52,7 @@ class WebhookReceiver:
 
     def render(self, notification: Notification, message_id: str, now: datetime) -> HttpRequest:
         if self.format == "alertmanager":
-            document = alertmanager_body(notification, self.name)
+            document = alertmanager_body(notification, self.name, now)
         else:
             document = {"type": f"violation.{notification.action}", "timestamp": now.isoformat(),
                         "data": notification.to_dict()}
@@ -72,8 +72,16 @@ def fingerprint(dedup_key: str) -> str:
     return hashlib.sha256(dedup_key.encode()).hexdigest()[:16]
 
 
-def alertmanager_body(n: Notification, receiver: str) -> dict[str, object]:
-    """An Alertmanager webhook (version 4) document holding this one alert."""
+def group_key(rule: str) -> str:
+    """Alertmanager's group key for alerts grouped by alertname: `{}:{alertname="<rule>"}`."""
+    return "{}:{alertname=" + json.dumps(rule) + "}"
+
+
+def alertmanager_body(n: Notification, receiver: str, now: datetime | None = None) -> dict[str, object]:
+    """An Alertmanager webhook (version 4) document holding this one alert, in the group of its rule.
+
+    A resolved alert ends when it was resolved (the time of sending), never at its start."""
+    now = now or datetime.now(UTC)
     resolved = n.action == "resolve"
     labels = {**n.labels, "alertname": n.rule, "severity": n.severity, "slo": n.slo}
     if n.host:
@@ -86,12 +94,12 @@ def alertmanager_body(n: Notification, receiver: str) -> dict[str, object]:
     status = "resolved" if resolved else "firing"
     alert = {
         "status": status, "labels": labels, "annotations": annotations,
-        "startsAt": n.first_seen or datetime.now(UTC).isoformat(),
-        "endsAt": (n.last_seen or datetime.now(UTC).isoformat()) if resolved else ZERO_TIME,
+        "startsAt": n.first_seen or now.isoformat().replace("+00:00", "Z"),
+        "endsAt": now.isoformat().replace("+00:00", "Z") if resolved else ZERO_TIME,
         "generatorURL": n.url, "fingerprint": fingerprint(n.dedup_key),
     }
     return {
-        "version": "4", "groupKey": n.dedup_key, "truncatedAlerts": 0, "status": status, "receiver": receiver,
+        "version": "4", "groupKey": group_key(n.rule), "truncatedAlerts": 0, "status": status, "receiver": receiver,
         "groupLabels": {"alertname": n.rule}, "commonLabels": labels, "commonAnnotations": annotations,
         "externalURL": n.url.rsplit("/violations/", 1)[0], "alerts": [alert],
     }

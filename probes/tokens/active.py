@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import uuid
 from collections.abc import Callable, Mapping
@@ -13,7 +14,15 @@ import httpx
 
 from gpuslo.engine.errors import ConfigError
 from gpuslo.engine.events import Event
-from gpuslo.probes.tokens.measure import DEFAULT_STALL_MS, EventContext, RequestTracker, request_events, summarize
+from gpuslo.probes.tokens.measure import (
+    DEFAULT_STALL_MS,
+    EventContext,
+    RequestTracker,
+    new_trace,
+    request_events,
+    summarize,
+    traceparent,
+)
 from gpuslo.probes.tokens.sse import Api, StreamRequest, resolve_endpoint, stream_completion
 
 if TYPE_CHECKING:
@@ -72,14 +81,16 @@ class ActiveTokenProbe:
             if sink is not None:
                 sink(event)
 
+        trace_id, span_id = new_trace()
+        context = dataclasses.replace(self.context, trace_id=trace_id, span_id=span_id)
         request = StreamRequest(url=self.url, api=self.api, model=self.config.model,
                                 prompt=self.config.prompt, max_tokens=self.config.max_tokens,
                                 timeout_s=self.config.timeout_s, request_id=f"gpuslo-{uuid.uuid4().hex}",
-                                headers=self.config.headers)
-        tracker = RequestTracker(self.context, request.request_id, emit)
+                                headers={**self.config.headers, "traceparent": traceparent(trace_id, span_id)})
+        tracker = RequestTracker(context, request.request_id, emit)
         result = stream_completion(self._client, request, tracker)
         summary = summarize(result.start_ns, result.token_ns, self.config.stall_threshold_ms)
-        for event in request_events(self.context, summary, request_id=result.request_id, start_ns=result.start_ns,
+        for event in request_events(context, summary, request_id=result.request_id, start_ns=result.start_ns,
                                     start_wall_ns=result.start_wall_ns, error=result.error):
             emit(event)
         tracker.finished(result.start_wall_ns + result.end_ns - result.start_ns, summary, result.error)

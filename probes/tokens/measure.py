@@ -4,6 +4,7 @@ token_request events."""
 from __future__ import annotations
 
 import math
+import secrets
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ class EventContext:
     source: str = SOURCE
     # The GPU serving the endpoint: correlations join token events with GPU-side events on (host, gpu).
     gpu: int | None = None
+    # The W3C trace context the probe sent with the request (traceparent), so a stall links to its trace.
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -89,6 +93,19 @@ def summarize(start_ns: int, token_ns: Sequence[int], stall_threshold_ms: float 
     )
 
 
+def new_trace() -> tuple[str, str]:
+    """A fresh W3C trace id and span id (random, never all zeros)."""
+    while True:
+        trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+        if int(trace_id, 16) and int(span_id, 16):
+            return trace_id, span_id
+
+
+def traceparent(trace_id: str, span_id: str) -> str:
+    """The W3C `traceparent` header value of a sampled span."""
+    return f"00-{trace_id}-{span_id}-01"
+
+
 def new_event_id() -> str:
     """A unique event id (the idempotency key)."""
     return f"tokens-{uuid.uuid4().hex}"
@@ -104,7 +121,8 @@ def _event(ctx: EventContext, kind: str, when: datetime, attrs: Mapping[str, Any
            message: str | None = None) -> Event:
     clean = {name: value for name, value in attrs.items() if value is not None}
     return Event(id=new_event_id(), kind=kind, time=when, host=ctx.host, gpu=ctx.gpu, source=ctx.source,
-                 labels=MappingProxyType(dict(ctx.labels)), attrs=MappingProxyType(clean), message=message)
+                 labels=MappingProxyType(dict(ctx.labels)), attrs=MappingProxyType(clean), message=message,
+                 trace_id=ctx.trace_id, span_id=ctx.span_id)
 
 
 def request_events(ctx: EventContext, summary: StreamSummary, *, request_id: str, start_ns: int,

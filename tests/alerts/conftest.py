@@ -200,3 +200,6 @@ def _verify_standard_webhook(secrets: list[str], headers: dict[str, str], body: 
 @pytest.fixture
 def verify_standard_webhook() -> Callable[[list[str], dict[str, str], bytes], bool]:
     return _verify_standard_webhook
+
+
+from alertmanager_support import alertmanager  # noqa: E402,F401  (the real-Alertmanager fixture)

@@ -121,13 +121,14 @@ def test_webhook_signs_with_two_secrets_during_rotation(verify_standard_webhook)
 def test_webhook_alertmanager_format() -> None:
     receiver = WebhookReceiver("am", "http://127.0.0.1:1/am", (), "alertmanager")
     firing = json.loads(receiver.render(notification(), "m", NOW).body)
-    assert firing["version"] == "4" and firing["status"] == "firing" and firing["groupKey"] == "gpuslo-42"
+    assert firing["version"] == "4" and firing["status"] == "firing"
+    assert firing["groupKey"] == '{}:{alertname="oom-storm"}'  # Alertmanager's group key: grouped by rule
     (alert,) = firing["alerts"]
     assert alert["labels"] == {"alertname": "oom-storm", "severity": "critical", "slo": "availability",
                                "host": "node-a", "gpu": "0", "team": "serving"}
     assert alert["annotations"]["summary"] == "3 OOMs on node-a GPU 0"
     assert alert["endsAt"] == "0001-01-01T00:00:00Z" and alert["startsAt"] == "2026-03-01T11:59:00Z"
     resolved = json.loads(receiver.render(notification("resolve"), "m", NOW).body)
-    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2026-03-01T12:00:00Z"
+    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2026-03-01T12:00:05Z"
     assert resolved["alerts"][0]["fingerprint"] == alert["fingerprint"]
     assert "acknowledge" not in receiver.actions

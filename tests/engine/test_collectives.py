@@ -63,3 +63,28 @@ def test_world_size_comes_from_labels_and_bad_values_are_ignored(event):
     assert world_size_of([timeout(event, 0, 1, world=4), timeout(event, 1, 1, world=2)]) == 4
     bad = event("nccl_timeout", rank=0, seq=1, labels={"world_size": "two"})
     assert world_size_of([bad]) is None and world_size_of([timeout(event, 0, 1)]) is None
+
+
+def _progress(event, rank: int, seq: int, lag: int = 0, world: int | None = 2):
+    labels = {"world_size": str(world)} if world else {}
+    return event("nccl_progress", job="train-42", rank=rank, labels=labels, op="ALLREDUCE", seq=seq, state="idle",
+                 lag=lag)
+
+
+def test_ebpf_counts_name_the_rank_behind_beside_the_watchdog(event) -> None:
+    hang = analyze_hang([timeout(event, 0, 7), _progress(event, 0, 7), _progress(event, 1, 6, lag=1)])
+    assert hang is not None and hang.suspects == (1,) and hang.ebpf_behind == (1,)
+    assert [(p.rank, p.seq) for p in hang.ebpf] == [(0, 7), (1, 6)]
+    assert hang.sentence.endswith("eBPF: rank 0 entered ALLREDUCE #7, rank 1 entered ALLREDUCE #6; never entered "
+                                  "the next collective: rank 1 (the suspect, from eBPF).")
+
+
+def test_ebpf_alone_names_the_suspect_without_any_log_line(event) -> None:
+    hang = analyze_hang([_progress(event, 0, 12), _progress(event, 1, 12), _progress(event, 2, 11)])
+    assert hang is not None and hang.seq is None and hang.suspects == (2,)
+    assert hang.to_dict()["ebpf_behind"] == [2] and hang.sentence.startswith("eBPF: rank 0 entered ALLREDUCE #12")
+
+
+def test_ebpf_counts_level_with_each_other_blame_nobody(event) -> None:
+    hang = analyze_hang([_progress(event, 0, 5), _progress(event, 1, 5)])
+    assert hang is not None and hang.suspects == () and hang.sentence.endswith("no rank is behind.")

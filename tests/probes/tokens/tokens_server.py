@@ -25,6 +25,7 @@ class Served:
     body: dict[str, Any]
     request_id: str
     sent_ns: list[int] = field(default_factory=list)
+    traceparent: str = ""
 
 
 class StreamServer(ThreadingHTTPServer):
@@ -83,7 +84,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         scenario, _, rest = self.path.lstrip("/").partition("/")
         api = "chat" if rest.endswith("chat/completions") else "completions"
-        served = Served(self.path, body, self.headers.get("X-Request-Id", ""))
+        served = Served(self.path, body, self.headers.get("X-Request-Id", ""),
+                        traceparent=self.headers.get("traceparent", ""))
         self.server.served.append(served)
         getattr(self, f"_scenario_{scenario}")(api, served)
 
