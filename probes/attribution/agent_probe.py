@@ -168,6 +168,16 @@ class AttributionProbe:
             enriched = replace(enriched, attrs=MappingProxyType({**enriched.attrs, "attribution.cluster": cluster}))
         return enriched
 
+    def enrich_when_ready(self, event: Event, timeout_s: float = 2.0) -> Event:
+        """What the agent calls for every other probe's event: a token_stall waits (at most timeout_s) until its
+        signals are in, then gets its attribution; other kinds pass unchanged."""
+        if event.kind != "token_stall" or self.collector is None:
+            return event
+        deadline = time.monotonic() + timeout_s
+        while not self.ready(event) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.enrich(event)
+
     def stop(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
