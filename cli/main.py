@@ -15,6 +15,7 @@ from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
 from gpuslo.cli.silences import silences
 from gpuslo.cli.slo import slo
+from gpuslo.cli.stalls import stalls
 from gpuslo.cli.tokens import tokens, users
 from gpuslo.cli.violations import violations
 from gpuslo.engine.config import Settings, load_settings
@@ -208,6 +209,7 @@ rules.add_command(rules_test)
 main.add_command(tokens)
 main.add_command(users)
 main.add_command(slo)
+main.add_command(stalls)
 
 
 if __name__ == "__main__":  # `python -m gpuslo.cli.main`, as the MCP test starts it

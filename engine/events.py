@@ -28,6 +28,15 @@ ENVELOPE_FIELDS: Mapping[str, str] = MappingProxyType(
 )
 
 _BYTES = "int"
+# What the attribution probe adds to a token_stall (probes/attribution): the stall's time per layer, the dominant
+# layer, the share of the gap some layer explains, the evidence, and the GPU features the clustering uses.
+ATTRIBUTION_LAYERS = ("network", "scheduler", "kernel", "driver", "gpu")
+ATTRIBUTION_ATTRS: Mapping[str, str] = MappingProxyType({
+    **{f"attribution.{layer}_ms": "number" for layer in (*ATTRIBUTION_LAYERS, "unattributed")},
+    "attribution.dominant": "string", "attribution.coverage": "number", "attribution.evidence": "string",
+    "attribution.clock_error_us": "number", "attribution.gpu_util_pct": "number",
+    "attribution.sm_active": "number", "attribution.sm_occupancy": "number", "attribution.dram_bw": "number",
+    "attribution.other_pid": "number", "attribution.other_sm_share": "number", "attribution.cluster": "string"})
 KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "cuda_oom": MappingProxyType({
         "api": "string", "requested_bytes": _BYTES, "free_bytes": _BYTES, "total_bytes": _BYTES,
@@ -52,7 +61,7 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
         "requests": "int", "window_s": "number", "error": "string"}),
     "token_stall": MappingProxyType({
         "gap_ms": "number", "token_index": "int", "request_id": "string", "endpoint": "string",
-        "model": "string"}),
+        "model": "string", **ATTRIBUTION_ATTRS}),
     "token_request": MappingProxyType({
         "request_id": "string", "phase": "string", "endpoint": "string", "model": "string", "ttft_ms": "number",
         "tokens": "int", "error": "string"}),
@@ -88,6 +97,7 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("external_alert", "status"): ("firing", "resolved"),
     ("nccl_progress", "state"): ("progressing", "idle", "aborted", "error"),
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
+    ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
@@ -102,7 +112,8 @@ def _attr_schema(kind: str) -> dict[str, Any]:
             prop["maxLength"] = 1024
         elif name.endswith(_NON_NEGATIVE_SUFFIXES) or name in {"tokens", "stalls", "seq", "dropped"}:
             prop["minimum"] = 0
-        if name == "fragmentation_ratio":
+        if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active",
+                    "attribution.sm_occupancy", "attribution.dram_bw", "attribution.other_sm_share"):
             prop.update(minimum=0, maximum=1)
         if (kind, name) in _ENUMS:
             prop["enum"] = list(_ENUMS[(kind, name)])

@@ -11,6 +11,7 @@ from typing import Any
 
 from jinja2 import Template, TemplateError
 
+from gpuslo.engine.attribution import worst_stall_attribution
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
 from gpuslo.engine.rulebook.compile import negation_normal_form
@@ -230,7 +231,8 @@ def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], ren
         rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
         severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
         summary=renderer.render(rule, summary_event, group, ordered), remediation=rule.remediation,
-        runbook=rule.runbook, explanation=Explanation(tuple(conditions), tuple(ordered), causal_chain(ordered)),
+        runbook=rule.runbook, explanation=Explanation(tuple(conditions), tuple(ordered), causal_chain(ordered),
+                                                    worst_stall_attribution(ordered)),
         seen_at=ordered[-1].time, labels=rule.labels, **lifecycle_fields(rule),
     )
 

@@ -29,6 +29,7 @@ from gpuslo.engine.slo import report as slo_report
 from gpuslo.engine.slo import store as slo_store
 from gpuslo.engine.slo.metrics import SloCollector
 from gpuslo.engine.slo.model import Sli
+from gpuslo.engine.stall_causes import CLUSTER_INTERVAL_S, StallCauses
 from gpuslo.engine.store import audit, batch, charts, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
@@ -96,6 +97,9 @@ class Gpuslo:
         self.scheduler.add_job(self.run_slo_retention, "interval", seconds=RETENTION_INTERVAL_S,
                                id="slo-retention", max_instances=1, coalesce=True)
         metrics.registry.register(SloCollector(self.slo_groups))
+        self.stall_causes = StallCauses(database)  # clustered stall causes, for the "Stall causes" page
+        self.scheduler.add_job(self.stall_causes.run, "interval", seconds=CLUSTER_INTERVAL_S, id="stall-causes",
+                               max_instances=1, coalesce=True)
         if settings.rules_poll_seconds > 0:  # hot reload when a rulebook file changes
             self.scheduler.add_job(self.reload_if_changed, "interval", seconds=settings.rules_poll_seconds,
                                    id="rules-watch", max_instances=1, coalesce=True)

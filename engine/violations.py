@@ -41,8 +41,17 @@ class Explanation:
     conditions: tuple[ConditionResult, ...]
     evidence: tuple[Event, ...]
     chain: tuple[ChainLink, ...]
+    # The stall's split across layers (engine.attribution.stall_attribution), when a token_stall in the evidence
+    # carries one: shown on the violation page as a stacked bar with the evidence of each share.
+    attribution: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._dict()
+        if self.attribution is not None:
+            out["attribution"] = dict(self.attribution)
+        return out
+
+    def _dict(self) -> dict[str, Any]:
         return {
             "conditions": [
                 {"text": c.text, "field": c.field, "observed": c.observed, "holds": c.holds}

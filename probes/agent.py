@@ -14,6 +14,7 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gpuslo.engine.errors import ProbeError
+from gpuslo.engine.events import Event
 from gpuslo.probes.probe_api import Probe, ProbeJob, status_event
 from gpuslo.probes.shipper import Shipper, ShipperConfig
 from gpuslo.probes.spool import Spool
@@ -145,8 +146,25 @@ class Agent:
             log.exception("probe %s job %s failed", probe.name, job.name)
             self._job_outcome(probe.name, job.name, "degraded", f"{job.name}: {type(exc).__name__}: {exc}")
             return
-        self.spool.append(events)
+        self.spool.append(self._enriched(probe, events))
         self._job_outcome(probe.name, job.name, "up", f"{job.name} ran")
+
+    def _enriched(self, source: Probe, events: Sequence[Event]) -> Sequence[Event]:
+        """Events of one probe through the others' `enrich` (the attribution probe adds `attribution.*` to each
+        token_stall, waiting until its signals are in); a failing enricher leaves the event as it was."""
+        for other in self.probes:
+            enrich = getattr(other, "enrich_when_ready", None)
+            if other is source or enrich is None:
+                continue
+            out = []
+            for event in events:
+                try:
+                    out.append(enrich(event))
+                except Exception:  # noqa: BLE001 - the event matters more than its attribution
+                    log.exception("probe %s could not enrich event %s", other.name, event.id)
+                    out.append(event)
+            events = out
+        return events
 
     def _job_outcome(self, probe: str, job: str, state: str, detail: str) -> None:
         """A probe is as bad as its worst job, so one failing job does not make its state flap."""

@@ -54,6 +54,7 @@ class Generator:
         self.active = False
         self.position = -1
         self.requests = 0
+        self.between_tokens: Any = None  # called on the engine thread between two tokens (the kernel storm)
 
     def stream(self, prompt: str, max_tokens: int) -> Any:
         import torch
@@ -69,6 +70,8 @@ class Generator:
                     value = int(token.item())  # waits for the GPU: this token exists now
                     self.position = index
                     yield bytes([value]).decode("latin-1")  # one printable-or-not char, never empty
+                    if self.between_tokens is not None:
+                        self.between_tokens()
                     if index + 1 < max_tokens:
                         out = self.model(input_ids=token[:, None], past_key_values=out.past_key_values,
                                          use_cache=True)
@@ -151,6 +154,27 @@ class Fragmenter(threading.Thread):
             print(f"FRAGMENTER FAILED {self.error}", flush=True)
 
 
+class KernelStorm:
+    """Blocking file I/O on the engine thread itself: every `every_s`, between two tokens, write `mib` MiB to a
+    file and fsync it (the kernel cause of the labelled attribution run). Each storm is timed."""
+
+    def __init__(self, every_s: float = 1.0, mib: int = 256, path: str = "/tmp/gpuslo-kernel-storm.bin"):
+        self.every_s, self.mib, self.path = every_s, mib, path
+        self.last = time.monotonic()
+        self.storms: list[dict[str, Any]] = []
+        self._data = os.urandom(MIB) * mib  # one write(2) of it all: one long system call, then the fsync
+
+    def __call__(self) -> None:
+        if time.monotonic() - self.last < self.every_s:
+            return
+        start = time.time_ns()
+        with open(self.path, "wb") as f:
+            os.write(f.fileno(), self._data)
+            os.fsync(f.fileno())
+        self.storms.append({"start_ns": start, "end_ns": time.time_ns()})
+        self.last = time.monotonic()
+
+
 class App:
     """What the HTTP handler needs: the generator, the fragmenter, the reporter."""
 
@@ -172,6 +196,16 @@ def _chunk(api: str, token: str, request_id: str) -> dict[str, Any]:
                 "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}
     return {"id": request_id, "object": "text_completion", "model": MODEL,
             "choices": [{"index": 0, "text": token, "finish_reason": None}]}
+
+
+ENGINE_THREAD = b"gs-engine"
+
+
+def _name_thread(name: bytes) -> None:
+    """Set this OS thread's name (its comm): prctl(PR_SET_NAME)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, name, 0, 0, 0)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -203,6 +237,12 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path == "/control/fragment":
             self._fragment(body)
+        elif self.path == "/control/kernel":
+            gen = self.app.generator
+            storm = gen.between_tokens
+            gen.between_tokens = KernelStorm(float(body.get("every_s", 1.0)), int(body.get("mib", 256))) \
+                if body.get("on") else None
+            self._json(200, {"storms": storm.storms if storm else []})
         elif self.path in ("/v1/completions", "/v1/chat/completions"):
             self._complete("chat" if "chat" in self.path else "completions", body)
         else:
@@ -225,6 +265,7 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"started": True})
 
     def _complete(self, api: str, body: dict[str, Any]) -> None:
+        _name_thread(ENGINE_THREAD)  # the attribution probe picks the serving threads by this name (comm=)
         prompt = body.get("prompt") if api == "completions" else " ".join(
             str(m.get("content", "")) for m in body.get("messages", []))
         max_tokens = max(1, min(int(body.get("max_tokens") or 16), 2048))

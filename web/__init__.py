@@ -99,6 +99,7 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.notifications_ui import notifications_ui
     from gpuslo.web.ops import ops
     from gpuslo.web.slos import slos_api, slos_ui
+    from gpuslo.web.stalls_ui import stalls_ui
     from gpuslo.web.ui import ui
 
     app.register_blueprint(api)
@@ -116,6 +117,7 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(notifications_ui)
     app.register_blueprint(slos_api)
     app.register_blueprint(slos_ui)
+    app.register_blueprint(stalls_ui)
 
 
 def register_error_handlers(app: Flask) -> None:

@@ -58,4 +58,7 @@ ROUTE_POLICY: dict[str, str] = {
     "admin_api.revoke_token": ADMIN,
     "admin_api.reload_rulebooks": ADMIN,
     "audit_ui.audit_page": ADMIN,
+    # clustered stall causes
+    "stalls_ui.stall_causes_page": READ,
+    "stalls_ui.stall_clusters_api": READ,
 }

@@ -86,7 +86,7 @@ def violation(violation_id: int) -> str:
     return render_template("violation.html", v=detail, explanation=detail.explanation or {},
                            notifications=sent or (), costs=current_core().violation_costs(violation_id),
                            timeline=evidence_timeline(detail.evidence),
-                           attribution=stall_attribution(detail.evidence),
+                           stall_chart=stall_attribution(detail.evidence),
                            charts_on_page=bool(detail.evidence))
 
 

@@ -19,17 +19,25 @@ POLL_INTERVAL_S = 0.5
 
 @dataclass(frozen=True)
 class EbpfProbeConfig:
-    """Library paths to hook (empty: the loader's search path finds them) and how often to read the ring."""
+    """Library paths to hook (empty: the loader's search path finds them), how often to read the ring, and whether
+    failures nested in another hooked call (the driver's OOM inside cudaMalloc) are sent (`nested=0` counts them)."""
 
     libraries: tuple[str, ...] = ()
     poll_interval_s: float = POLL_INTERVAL_S
     ringbuf_pages: int = 256
+    report_nested: bool = True
 
     @classmethod
     def parse(cls, arg: str | None) -> EbpfProbeConfig:
-        """`/usr/lib/libcuda.so.1,/opt/torch/libcudart.so.13` → those paths; None or '' → the loader's."""
-        paths = tuple(p.strip() for p in (arg or "").split(",") if p.strip())
-        return cls(libraries=paths)
+        """`/usr/lib/libcuda.so.1,/opt/torch/libcudart.so.13` → those paths; None or '' → the loader's;
+        an item `nested=0` keeps nested failures counted, not sent."""
+        items = [p.strip() for p in (arg or "").split(",") if p.strip()]
+        nested = [i for i in items if i.startswith("nested=")]
+        for item in nested:
+            if item not in ("nested=0", "nested=1"):
+                raise ProbeError(f"eBPF probe: '{item}' is not nested=0 or nested=1")
+        paths = tuple(i for i in items if not i.startswith("nested="))
+        return cls(libraries=paths, report_nested=not nested or nested[-1] == "nested=1")
 
 
 class EbpfAgentProbe:
@@ -51,7 +59,8 @@ class EbpfAgentProbe:
         return found
 
     def start(self) -> None:
-        probe = CudaProbe(self.libraries(), self.host, ringbuf_pages=self.config.ringbuf_pages)
+        probe = CudaProbe(self.libraries(), self.host, ringbuf_pages=self.config.ringbuf_pages,
+                          report_nested=self.config.report_nested)
         try:
             probe.start()
         except ProbeError:

@@ -75,7 +75,7 @@ class CudaProbe:
     def __init__(self, libraries: LibrarySet, host: str, pids: Iterable[int] | None = None, *,
                  send_success: bool = False, ringbuf_pages: int = 64, gpu_resolver: GpuResolver | None = None,
                  extra_objects: tuple[str, ...] = (), preflight_paths: PreflightPaths | None = None,
-                 report_nested: bool = False):
+                 report_nested: bool = True):
         self.libraries = libraries
         self.host = host
         self._pids = None if pids is None else set(pids)
@@ -84,8 +84,10 @@ class CudaProbe:
         self._gpus = gpu_resolver or GpuResolver()
         self._extra = extra_objects
         self._preflight_paths = preflight_paths or PreflightPaths()
-        # A failed cudaMalloc also reports the cuMemAlloc_v2 it called (depth 1): one incident, not two, so nested
-        # failures are counted but not sent unless asked for (the H200 run saw a single torch OOM become four).
+        # A failed cudaMalloc reports the cuMemAlloc_v2 it called (depth 1, label `depth`): the driver's failure is
+        # the root cause and the runtime's its cascade, and the shipped rules group both into one incident by host
+        # and GPU. report_nested=False counts nested failures instead of sending them; that was the default once,
+        # and it hid the driver-level OOM from the H200 end-to-end run (16/19, issue 14), so it is opt-in now.
         self._report_nested = report_nested
         self.nested_failures = 0
         self._bpf: Any = None

@@ -87,7 +87,7 @@ def _check_charts(page: Any, expected: int) -> list[dict[str, Any]]:
 def _pages(base: str, violation_path: str) -> list[tuple[str, str, int]]:
     """(name, URL, charts on it)."""
     return [("violations", f"{base}/violations", 1), ("violation", f"{base}{violation_path}", 1),
-            ("tokens", f"{base}/charts/tokens", 2), ("memory", f"{base}/charts/memory?host=gpu-node-7", 4),
+            ("tokens", f"{base}/charts/tokens", 4), ("memory", f"{base}/charts/memory?host=gpu-node-7", 4),
             ("memory-vm", f"{base}/charts/memory?host=vm&gpu=0", 1), ("events", f"{base}/events", 0)]
 
 

@@ -9,7 +9,7 @@ from gpuslo.engine.events import KINDS, event_json_schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 ROW = re.compile(r"^\| `([a-z_]+)` \| (.+?) \| .+ \|$", re.MULTILINE)
-ATTR = re.compile(r"(\*\*)?`([a-z_0-9]+)`(?:\*\*)?(?: \(([^)]*)\))?")
+ATTR = re.compile(r"(\*\*)?`([a-z_0-9.]+)`(?:\*\*)?(?: \(([^)]*)\))?")
 
 
 def _documented() -> dict[str, list[tuple[str, bool, tuple[str, ...]]]]:

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from ebpf_support import TIB, FakeBuild, requires_bpf
+from ebpf_support import TIB, AppRunner, FakeBuild, requires_bpf
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.agent import ProbeSpec, load_probe
@@ -63,3 +63,36 @@ def test_the_ring_job_reports_an_oom_in_another_process(fake_build: FakeBuild):
     (event,) = events
     assert event.attrs["api"] == "cuMemAlloc_v2" and event.attrs["requested_bytes"] == 2 * TIB
     assert event.attrs["error_name"] == "CUDA_ERROR_OUT_OF_MEMORY" and event.host == "node-7"
+
+
+def test_nested_option_parses_and_bad_values_are_refused():
+    assert EbpfProbeConfig.parse("/a/libcuda.so.1").report_nested is True
+    assert EbpfProbeConfig.parse("/a/libcuda.so.1,nested=0") == EbpfProbeConfig(("/a/libcuda.so.1",),
+                                                                                 report_nested=False)
+    with pytest.raises(ProbeError, match="'nested=yes' is not nested=0 or nested=1"):
+        EbpfProbeConfig.parse("nested=yes")
+
+
+@requires_bpf
+def test_the_agent_sends_the_driver_oom_nested_in_cudamalloc(fake_build: FakeBuild, app_runner: AppRunner,
+                                                              tmp_path):
+    """The H200 regression of issue 14: cudaMalloc's failure was sent, the cuMemAlloc_v2 failure inside it
+    (depth 1, the root cause) was only counted. The agent sends both now."""
+    # The program calls into libfakecuda.so itself; links named like the real libraries classify it for both.
+    driver, runtime = tmp_path / "libcuda.so.1", tmp_path / "libcudart.so.13"
+    driver.symlink_to(fake_build.lib)
+    runtime.symlink_to(fake_build.lib)
+    probe = load_probe(ProbeSpec.parse(f"ebpf:{driver},{runtime}"), "node-7")
+    probe.start()
+    try:
+        proc = app_runner.start(f"cudaMalloc:{2 * TIB}")
+        app_runner.finish(proc)
+        (job,) = probe.jobs()
+        events, deadline = [], time.monotonic() + 5
+        while len(events) < 2 and time.monotonic() < deadline:
+            events += [e for e in job.run() if e.kind == "cuda_oom" and e.pid == proc.pid]
+            time.sleep(0.05)
+    finally:
+        probe.stop()
+    assert [(e.attrs["api"], e.attrs["error_name"], e.labels["depth"]) for e in events] == [
+        ("cuMemAlloc_v2", "CUDA_ERROR_OUT_OF_MEMORY", "1"), ("cudaMalloc", "cudaErrorMemoryAllocation", "0")]

@@ -19,7 +19,6 @@ from gpuslo.probes.ebpf.gpu_resolve import GpuResolver
 def _probe(build: FakeBuild, **kwargs) -> CudaProbe:
     lib = str(build.lib)
     libs = kwargs.pop("libraries", LibrarySet(cuda=lib, cudart=lib, nccl=lib))
-    kwargs.setdefault("report_nested", True)  # these tests assert the nesting itself
     return CudaProbe(libs, "node-7", pids=(), gpu_resolver=GpuResolver(nvml=None), **kwargs)
 
 
@@ -94,7 +93,7 @@ def test_failed_cudamalloc_reports_inner_driver_call_and_outer_runtime_call(prob
 
 
 @requires_bpf
-def test_by_default_a_nested_failure_is_counted_not_sent(fake_build, app_runner):
+def test_report_nested_false_counts_a_nested_failure_instead_of_sending_it(fake_build, app_runner):
     probe = _probe(fake_build, report_nested=False)
     probe.start()
     try:

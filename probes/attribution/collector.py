@@ -1,0 +1,152 @@
+"""Loads the attribution BPF program, watches the serving processes, and turns ring-buffer records into Intervals."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gpuslo.engine.errors import ProbeError
+from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text
+from gpuslo.probes.attribution.signals import IOCTL, SYSCALL_NAMES, WAIT_SYSCALLS, Interval
+from gpuslo.probes.ebpf.libraries import LibrarySet
+from gpuslo.probes.ebpf.preflight import preflight
+
+log = logging.getLogger(__name__)
+RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO = 1, 2, 3, 4, 5, 6
+
+
+class Record(ctypes.Structure):
+    """struct at_record of signals.bpf.c."""
+
+    _fields_ = [("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64), ("arg", ctypes.c_uint64),
+                ("pid", ctypes.c_uint32), ("tid", ctypes.c_uint32), ("other_pid", ctypes.c_uint32),
+                ("cpu", ctypes.c_uint32), ("kind", ctypes.c_uint32), ("pad", ctypes.c_uint32),
+                ("other_comm", ctypes.c_char * 16)]
+
+
+def to_interval(r: Record) -> Interval | None:
+    """The Interval a record stands for; None for a wait the thread chose (futex, poll, sleep, idle read)."""
+    base = {"start_ns": r.start_ns, "end_ns": r.end_ns, "pid": r.pid, "tid": r.tid, "cpu": r.cpu}
+    if r.kind == RUNNABLE:
+        return Interval("runnable", other_pid=r.other_pid, other_comm=r.other_comm.decode(errors="replace"),
+                        **base)
+    if r.kind == SYSCALL:
+        if r.arg in WAIT_SYSCALLS:
+            return None
+        name = SYSCALL_NAMES.get(r.arg, f"syscall {r.arg}")
+        return Interval("ioctl" if r.arg == IOCTL else "syscall", detail=name, **base)
+    if r.kind == CUDA:
+        return _cuda(r.arg & 0xFFFFFFFF, r.arg >> 32, base)
+    if r.kind == SEND_GAP:
+        return Interval("send_gap", detail="sendto" if r.arg == 44 else "sendmsg", **base)
+    if r.kind == RETRANSMIT:
+        return Interval("retransmit", detail=f"sport {r.arg >> 16} dport {r.arg & 0xFFFF}", **base)
+    if r.kind == BLOCK_IO:
+        return Interval("block_io", detail=f"{r.arg} bytes", **base)
+    return None
+
+
+def _cuda(func: int, calls: int, base: dict[str, int]) -> Interval | None:
+    call = TIMED_CALLS[func] if func < len(TIMED_CALLS) else None
+    if call is None:
+        return None
+    detail = call.symbol if calls <= 1 else f"{calls} allocation/free calls (last {call.symbol})"
+    return Interval(call.kind, detail=detail, **base)
+
+
+class Collector:
+    """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close()."""
+
+    def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                 keep_s: float = 120.0, comm: str = ""):
+        self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
+        self.keep_ns = int(keep_s * 1e9)
+        self.intervals: deque[Interval] = deque()
+        self.attached: list[str] = []
+        self.pids: set[int] = set()
+        self._bpf: Any = None
+        self._pending: list[Interval] = []
+
+    def start(self) -> None:
+        preflight()
+        from bcc import BPF
+
+        try:
+            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm).encode())
+        except Exception as exc:  # BCC raises bare Exception
+            raise ProbeError(f"attribution probe: the BPF program did not load: {str(exc)[:500]}") from exc
+        for i, call in enumerate(TIMED_CALLS):
+            path = self.libraries.path(call.library)
+            if not path:
+                continue
+            try:
+                self._bpf.attach_uprobe(name=path.encode(), sym=call.symbol.encode(), fn_name=f"at_enter_{i}".encode())
+                self._bpf.attach_uretprobe(name=path.encode(), sym=call.symbol.encode(),
+                                           fn_name=f"at_leave_{i}".encode())
+                self.attached.append(call.symbol)
+            except Exception:  # noqa: BLE001 - a symbol this library lacks
+                log.warning("attribution probe: %s not found in %s", call.symbol, path)
+        self._bpf[b"records"].open_ring_buffer(self._on_record)
+
+    def _on_record(self, _ctx: Any, data: Any, _size: int) -> None:
+        interval = to_interval(ctypes.cast(data, ctypes.POINTER(Record)).contents)
+        if interval is not None:
+            self._pending.append(interval)
+
+    def watch(self, pid: int) -> None:
+        """Follow process pid and its threads (the program learns new threads at their first system call)."""
+        self.pids.add(pid)
+        table = self._bpf[b"watched_pids"]
+        table[table.Key(pid)] = table.Leaf(1)
+        self.refresh_threads()
+
+    def refresh_threads(self, proc: str = "/proc") -> None:
+        tids = self._bpf[b"watched_tids"]
+        for pid in self.pids:
+            for tid in _threads(pid, proc):
+                tids[tids.Key(tid)] = tids.Leaf(pid)
+
+    def poll(self, timeout_ms: int = 0) -> list[Interval]:
+        self._bpf.ring_buffer_poll(timeout_ms)
+        new, self._pending = self._pending, []
+        self.intervals.extend(new)
+        if self.intervals:
+            horizon = self.intervals[-1].end_ns - self.keep_ns
+            while self.intervals and self.intervals[0].end_ns < horizon:
+                self.intervals.popleft()
+        return new
+
+    def open_bursts(self) -> list[Interval]:
+        """Allocation/free bursts still open in the kernel map (their end is not yet known to be final)."""
+        found = []
+        for key, b in self._bpf[b"bursts"].items():
+            if b.end - b.start >= self.thresholds.cuda_ns:
+                interval = _cuda(b.func, b.calls, {"start_ns": b.start, "end_ns": b.end, "tid": int(key.value)})
+                if interval is not None:
+                    found.append(interval)
+        return found
+
+    def page_faults(self) -> dict[int, int]:
+        table = self._bpf[b"faults"]
+        return {int(k.value): int(v.value) for k, v in table.items()}
+
+    def lost(self) -> int:
+        table = self._bpf[b"lost"]
+        return int(sum(table[table.Key(0)]))
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+
+
+def _threads(pid: int, proc: str) -> Iterable[int]:
+    try:
+        return [int(t) for t in os.listdir(Path(proc, str(pid), "task"))]
+    except OSError:
+        return []

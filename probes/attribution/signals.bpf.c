@@ -1,0 +1,284 @@
+/* Stall-attribution signals of the serving processes: runnable-but-not-running intervals (sched), long system
+ * calls, socket send gaps (the server side of a token stream), blocking CUDA calls (uprobes), TCP retransmits on
+ * the serving port, long block I/O, and page faults (counted in a map). Everything short is decided in the kernel:
+ * only intervals above the thresholds (#defines prepended by bpf.py) cross the ring buffer.
+ * Only tracepoint fields (from the running kernel's format files) are read: no task_struct offsets, which the
+ * generic kernel headers BCC compiles against would get wrong on another kernel. */
+#include <uapi/linux/ptrace.h>
+
+#define AT_RUNNABLE 1
+#define AT_SYSCALL 2
+#define AT_CUDA 3
+#define AT_SEND_GAP 4
+#define AT_RETRANSMIT 5
+#define AT_BLOCK_IO 6
+
+struct at_record {
+    u64 start_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+    u64 end_ns;
+    u64 arg;        /* syscall nr, CUDA function id, bytes, or sport << 16 | dport */
+    u32 pid;        /* thread group of the serving process (0 where not known: retransmits, block I/O) */
+    u32 tid;
+    u32 other_pid;  /* the thread that ran on the CPU before this one got it back (AT_RUNNABLE) */
+    u32 cpu;
+    u32 kind;
+    u32 pad;
+    char other_comm[16];
+};
+
+struct at_start {
+    u64 ts;
+    u64 arg;
+};
+
+struct at_ckey {
+    u32 tid;
+    u32 func;
+};
+
+BPF_RINGBUF_OUTPUT(records, AT_RINGBUF_PAGES);
+BPF_HASH(watched_pids, u32, u8, 1024);        /* serving processes (tgid), set by user space */
+BPF_HASH(watched_tids, u32, u32, 65536);      /* their threads -> tgid, learnt at syscalls and from /proc */
+struct at_runnable {
+    u64 ts;          /* when it became runnable */
+    u32 other;       /* who preempted it (0: it was woken, not preempted) */
+    u32 pad;
+    char comm[16];
+};
+BPF_HASH(runnable_since, u32, struct at_runnable, 65536);
+BPF_HASH(sys_start, u32, struct at_start, 65536);
+BPF_HASH(last_send, u32, u64, 65536);         /* tid -> its previous send */
+BPF_HASH(cuda_start, struct at_ckey, u64, 65536);
+/* Allocation and free calls come in bursts of short calls (a cache flush frees thousands of segments, each under
+ * a millisecond): calls of one thread less than AT_BURST_GAP_NS apart are merged here, and a burst crosses the
+ * ring buffer when the next one starts, if it reached AT_CUDA_NS. User space also reads the open bursts. */
+struct at_burst {
+    u64 start;
+    u64 end;
+    u32 func;   /* the last call of the burst */
+    u32 calls;
+};
+BPF_HASH(bursts, u32, struct at_burst, 65536);
+BPF_HASH(io_start, u64, u64, 65536);          /* sector -> issue time */
+BPF_HASH(faults, u32, u64, 1024);             /* tgid -> user page faults */
+BPF_PERCPU_ARRAY(lost, u64, 1);
+
+static __always_inline void at_emit(u32 kind, u64 start, u64 end, u64 arg, u32 pid, u32 tid, u32 other,
+                                    const char *other_comm)
+{
+    struct at_record *r = records.ringbuf_reserve(sizeof(struct at_record));
+    if (!r) {
+        u32 zero = 0;
+        u64 *n = lost.lookup(&zero);
+        if (n)
+            *n += 1;
+        return;
+    }
+    r->start_ns = start;
+    r->end_ns = end;
+    r->arg = arg;
+    r->pid = pid;
+    r->tid = tid;
+    r->other_pid = other;
+    r->cpu = bpf_get_smp_processor_id();
+    r->kind = kind;
+    r->pad = 0;
+    __builtin_memset(r->other_comm, 0, sizeof(r->other_comm));
+    if (other_comm)
+        bpf_probe_read_kernel(r->other_comm, sizeof(r->other_comm), other_comm);
+    records.ringbuf_submit(r, 0);
+}
+
+/* AT_COMM (a thread-name prefix, "" for all) picks the serving threads among the process's threads: their sends,
+ * runnable intervals and system calls are the stream's; CUDA calls count for every thread of the process (an
+ * allocator flush on another thread holds the engine thread's allocations too). */
+static __always_inline int at_comm_is(const char *comm)
+{
+    const char want[] = AT_COMM;
+#pragma unroll
+    for (int i = 0; i < sizeof(want) - 1 && i < 16; i++)
+        if (comm[i] != want[i])
+            return 0;
+    return 1;
+}
+
+static __always_inline int at_comm_self(void)
+{
+    char comm[16] = {};
+    bpf_get_current_comm(comm, sizeof(comm));
+    return at_comm_is(comm);
+}
+
+static __always_inline u32 at_watched_self(u32 *tid_out)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32, tid = (u32)id;
+    *tid_out = tid;
+    if (!watched_pids.lookup(&tgid))
+        return 0;
+    watched_tids.update(&tid, &tgid);
+    return tgid;
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup)
+{
+    u32 tid = args->pid;
+    if (!watched_tids.lookup(&tid) || !at_comm_is(args->comm))
+        return 0;
+    struct at_runnable r = {.ts = bpf_ktime_get_ns()};
+    runnable_since.update(&tid, &r);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup_new)
+{
+    u32 tid = args->pid;
+    if (!watched_tids.lookup(&tid) || !at_comm_is(args->comm))
+        return 0;
+    struct at_runnable r = {.ts = bpf_ktime_get_ns()};
+    runnable_since.update(&tid, &r);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    u32 prev = args->prev_pid, next = args->next_pid;
+    /* Preempted while running (no sleep-state bit): it is runnable from now on. */
+    if ((args->prev_state & 0xff) == 0 && watched_tids.lookup(&prev) && at_comm_is(args->prev_comm)) {
+        struct at_runnable r = {.ts = now, .other = next};
+        bpf_probe_read_kernel(r.comm, sizeof(r.comm), args->next_comm);
+        runnable_since.update(&prev, &r);
+    }
+    u32 *tgid = watched_tids.lookup(&next);
+    if (!tgid)
+        return 0;
+    struct at_runnable *since = runnable_since.lookup(&next);
+    if (!since)
+        return 0;
+    struct at_runnable r = *since;
+    runnable_since.delete(&next);
+    if (now - r.ts >= AT_RUNNABLE_NS) {
+        if (r.other)
+            at_emit(AT_RUNNABLE, r.ts, now, 1, *tgid, next, r.other, r.comm);
+        else
+            at_emit(AT_RUNNABLE, r.ts, now, 0, *tgid, next, prev, args->prev_comm);
+    }
+    return 0;
+}
+
+TRACEPOINT_PROBE(raw_syscalls, sys_enter)
+{
+    u32 tid;
+    u32 tgid = at_watched_self(&tid);
+    if (!tgid || !at_comm_self())
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    long nr = args->id;
+    if (nr == 44 || nr == 46) { /* sendto, sendmsg: Python's socket.send; a send gap is the server's stall */
+        u64 *last = last_send.lookup(&tid);
+        if (last && now - *last >= AT_SEND_GAP_NS)
+            at_emit(AT_SEND_GAP, *last, now, nr, tgid, tid, 0, 0);
+        last_send.update(&tid, &now);
+    }
+    struct at_start s = {.ts = now, .arg = nr};
+    sys_start.update(&tid, &s);
+    return 0;
+}
+
+TRACEPOINT_PROBE(raw_syscalls, sys_exit)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct at_start *s = sys_start.lookup(&tid);
+    if (!s)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    struct at_start st = *s;
+    sys_start.delete(&tid);
+    if (now - st.ts >= AT_SYSCALL_NS)
+        at_emit(AT_SYSCALL, st.ts, now, st.arg, bpf_get_current_pid_tgid() >> 32, tid, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(exceptions, page_fault_user)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!watched_pids.lookup(&tgid))
+        return 0;
+    u64 zero = 0;
+    u64 *n = faults.lookup_or_try_init(&tgid, &zero);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+    return 0;
+}
+
+TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
+{
+    u16 sport = args->sport, dport = args->dport;
+    if (AT_PORT && sport != AT_PORT && dport != AT_PORT)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    at_emit(AT_RETRANSMIT, now, now, ((u64)sport << 16) | dport, 0, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(block, block_rq_issue)
+{
+    u64 sector = args->sector, now = bpf_ktime_get_ns();
+    io_start.update(&sector, &now);
+    return 0;
+}
+
+TRACEPOINT_PROBE(block, block_rq_complete)
+{
+    u64 sector = args->sector;
+    u64 *t = io_start.lookup(&sector);
+    if (!t)
+        return 0;
+    u64 start = *t, now = bpf_ktime_get_ns();
+    io_start.delete(&sector);
+    if (now - start >= AT_BLOCK_NS)
+        at_emit(AT_BLOCK_IO, start, now, (u64)args->nr_sector * 512, 0, 0, 0, 0);
+    return 0;
+}
+
+static __always_inline int at_cuda_enter(u32 func)
+{
+    u32 tid;
+    if (!at_watched_self(&tid))
+        return 0;
+    struct at_ckey k = {.tid = tid, .func = func};
+    u64 now = bpf_ktime_get_ns();
+    cuda_start.update(&k, &now);
+    return 0;
+}
+
+static __always_inline int at_cuda_leave(u32 func, int is_alloc)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    struct at_ckey k = {.tid = tid, .func = func};
+    u64 *t = cuda_start.lookup(&k);
+    if (!t)
+        return 0;
+    u64 start = *t, now = bpf_ktime_get_ns();
+    cuda_start.delete(&k);
+    if (!is_alloc) {
+        if (now - start >= AT_CUDA_NS)
+            at_emit(AT_CUDA, start, now, func, id >> 32, tid, 0, 0);
+        return 0;
+    }
+    struct at_burst *b = bursts.lookup(&tid);
+    if (b && start <= b->end + AT_BURST_GAP_NS) {
+        if (now > b->end)
+            b->end = now;
+        b->func = func;
+        b->calls += 1;
+        return 0;
+    }
+    if (b && b->end - b->start >= AT_CUDA_NS)
+        at_emit(AT_CUDA, b->start, b->end, ((u64)b->calls << 32) | b->func, id >> 32, tid, 0, 0);
+    struct at_burst fresh = {.start = start, .end = now, .func = func, .calls = 1};
+    bursts.update(&tid, &fresh);
+    return 0;
+}

@@ -1,0 +1,101 @@
+"""The labelled stall-attribution run recorded on the H200 (scripts/gpu_stall_attribution.py) stays explained.
+
+examples/incidents/h200-stall-attribution.jsonl is every token_stall `gpuslo serve` stored in that run, each
+labelled `labels.injected` with the phase (the cause injected then) and carrying the attribution probe's
+`attribution.*` attributes; examples/signals/h200-stall-signals.jsonl holds the eBPF intervals and NVML samples each attribution
+was computed from. The test recomputes every attribution from those signals, checks the confusion matrix of
+the run (injected cause × dominant layer), and replays the stalls through the shipped rules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.runtime import RuleEvaluator
+from gpuslo.probes.attribution import attribute
+from gpuslo.probes.attribution.signals import GpuSample, Interval
+
+INCIDENTS = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+ROOT = INCIDENTS.parents[1]
+CAUSE = {"cpu": "scheduler", "network": "network", "kernel": "kernel", "alloc": "driver", "gpu": "gpu"}
+# What the H200 run measured (h200-stall-attribution.summary.json): stalls >= 200 ms per phase and layer. The
+# GPU contender (bf16 matrix products in another process) slowed tokens (ITL p50 56 -> 72 ms) but made no stall
+# of 200 ms, so that row is empty; the unprobed warm-up's two stalls have no attribution.
+MATRIX = {("cpu", "scheduler"): 29, ("network", "network"): 14, ("kernel", "kernel"): 20, ("alloc", "driver"): 5,
+          ("warmup", "unattributed"): 2}
+
+
+@pytest.fixture(scope="module")
+def stalls() -> list[Event]:
+    lines = (INCIDENTS / "h200-stall-attribution.jsonl").read_text().splitlines()
+    return sorted((parse_event(json.loads(line)) for line in lines if line.strip()), key=lambda e: (e.time, e.id))
+
+
+@pytest.fixture(scope="module")
+def signals() -> dict[str, dict]:
+    rows = (json.loads(line) for line in (INCIDENTS.parent / "signals" / "h200-stall-signals.jsonl").read_text().splitlines() if line)
+    return {row["stall_id"]: row for row in rows}
+
+
+def big(stalls: list[Event]) -> list[Event]:
+    return [s for s in stalls if s.attrs["gap_ms"] >= 200]
+
+
+def test_the_confusion_matrix_of_the_run(stalls):
+    counts = Counter((s.labels["injected"], s.attrs.get("attribution.dominant", "unattributed")) for s in big(stalls))
+    assert counts == MATRIX
+    caused = [s for s in big(stalls) if s.labels["injected"] in CAUSE]
+    right = [s for s in caused if s.attrs["attribution.dominant"] == CAUSE[s.labels["injected"]]]
+    assert len(right) / len(caused) >= 0.9  # the issue's target: 68 of 68 here
+    assert not [s for s in big(stalls) if s.labels["injected"] == "quiet"]  # the probed quiet phase: none
+
+
+def test_every_attribution_is_recomputed_from_its_signals(stalls, signals):
+    attributed = [s for s in stalls if "attribution.dominant" in s.attrs]
+    assert len(attributed) == len(signals) >= 68
+    for stall in attributed:
+        row = signals[stall.id]
+        found = attribute(*row["window"], [Interval(**i) for i in row["intervals"]],
+                          [GpuSample(**{**s, "processes": tuple(map(tuple, s["processes"]))}) for s in row["samples"]],
+                          own_pids=row["own_pids"], clock_error_ns=row["clock_error_ns"])
+        assert found.attrs() == {k: v for k, v in stall.attrs.items() if k.startswith("attribution.")}, stall.id
+
+
+def test_the_time_split_adds_up_and_the_evidence_names_the_cause(stalls):
+    for stall in big(stalls):
+        a = stall.attrs
+        if "attribution.dominant" not in a:
+            continue
+        layers = ("network", "scheduler", "kernel", "driver", "gpu", "unattributed")
+        assert sum(a[f"attribution.{x}_ms"] for x in layers) == pytest.approx(a["gap_ms"], abs=0.02)
+        assert a["attribution.clock_error_us"] < 1.0  # the offset's bound: under a microsecond on the H200
+        evidence = a["attribution.evidence"]
+        expected = {"cpu": "runnable", "network": "the server sent on time", "kernel": "fsync",
+                    "alloc": "allocation/free calls"}[stall.labels["injected"]]
+        assert expected in evidence or (stall.labels["injected"] == "kernel" and "write" in evidence), evidence
+
+
+def test_coverage_as_measured(stalls):
+    """The issue's target of 95 % of each stall's time attributed is missed: a stall also holds the engine
+    thread's own work on the CPU between tokens (~50 ms here), which no layer claims."""
+    coverage = [s.attrs["attribution.coverage"] for s in big(stalls) if "attribution.coverage" in s.attrs]
+    assert len(coverage) == 68 and sum(c >= 0.95 for c in coverage) == 19
+    assert 0.87 < sum(coverage) / len(coverage) < 0.88  # 0.8776 (the summary's 0.8525 counts the warm-up's 0)
+
+
+def test_replayed_stalls_fire_the_rule_of_their_layer(stalls):
+    rulebooks, problems = load_directory(ROOT / "rules")
+    assert "stalls" in {r.name for r in rulebooks}, problems
+    evaluator = RuleEvaluator()
+    evaluator.load(rulebooks)
+    fired = Counter(m.rule_id for m in evaluator.evaluate(stalls) if m.rule_id.startswith("stall-"))
+    by_layer = Counter(s.attrs["attribution.dominant"] for s in big(stalls)
+                       if s.attrs.get("attribution.coverage", 0) >= 0.5)
+    assert fired == {"stall-cpu-starvation": by_layer["scheduler"], "stall-network": by_layer["network"],
+                     "stall-kernel": by_layer["kernel"], "stall-driver": by_layer["driver"]}
