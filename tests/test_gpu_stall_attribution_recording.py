@@ -2,8 +2,8 @@
 
 examples/incidents/h200-stall-attribution.jsonl is every token_stall `gpuslo serve` stored in that run, each
 labelled `labels.injected` with the phase (the cause injected then) and carrying the attribution probe's
-`attribution.*` attributes; examples/signals/h200-stall-signals.jsonl holds the eBPF intervals and NVML samples each attribution
-was computed from. The test recomputes every attribution from those signals, checks the confusion matrix of
+`attribution.*` attributes; examples/signals/h200-stall-signals.jsonl holds the eBPF intervals and NVML
+samples each attribution was computed from. The test recomputes every attribution from those signals, checks the confusion matrix of
 the run (injected cause × dominant layer), and replays the stalls through the shipped rules.
 """
 
@@ -39,7 +39,8 @@ def stalls() -> list[Event]:
 
 @pytest.fixture(scope="module")
 def signals() -> dict[str, dict]:
-    rows = (json.loads(line) for line in (INCIDENTS.parent / "signals" / "h200-stall-signals.jsonl").read_text().splitlines() if line)
+    path = INCIDENTS.parent / "signals" / "h200-stall-signals.jsonl"
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line)
     return {row["stall_id"]: row for row in rows}
 
 
