@@ -41,7 +41,9 @@ class Settings:
     secret_key_file: Path = Path("var/secret_key")
     session_cookie_secure: bool = False
     session_hours: float = 12.0
-    login_failures_per_minute: int = 5
+    login_failures_per_minute: int = 5  # per user name and client address
+    login_failures_per_address_per_minute: int = 30  # per client address, whatever the user names
+    refused_audit_per_minute: int = 10  # audit rows of refused (401/403) requests per client address per minute
     ingest_requests_per_second: float = 50.0
     ingest_burst: int = 200
     event_retention_days: int = 30
