@@ -32,6 +32,10 @@ class Settings:
     # A trace UI's URL with {trace_id} (and optionally {span_id}): events that carry a W3C trace link to it.
     trace_url_template: str = ""
     alerts_config: Path | None = None
+    # Delivery (docs/alerts.md#delivery): threads per receiver, maximum age, and the dead-letter receiver.
+    delivery_per_receiver: int = 2
+    notification_max_age_hours: float = 6.0
+    dead_letter_receiver: str = ""
     # Access control and audit (docs/configuration.md#access-control).
     auth_required: bool = True
     auth_proxy_header: str = ""

@@ -14,20 +14,39 @@ from typing import TypeVar
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.alerts import AlertsConfig, DeliveryWorker, enqueue_for_change, load_alerts_config
+from gpuslo.engine.alerts import AlertsConfig, DeliveryPolicy, DeliveryWorker, enqueue_for_change, load_alerts_config
 from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
+from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
 from gpuslo.engine.config import Settings
-from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloError, Location, RulebookProblem
+from gpuslo.engine.errors import (
+    EngineError,
+    EventError,
+    FieldProblem,
+    GpusloError,
+    Location,
+    NotFoundError,
+    RulebookProblem,
+)
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
-from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
+from gpuslo.engine.store import (
+    audit,
+    batch,
+    lifecycle,
+    notifications,
+    receivers,
+    repository,
+    retention,
+    silences,
+)
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.outbox import NotificationView
+from gpuslo.engine.store.receivers import ReceiverHealth
 from gpuslo.engine.store.rows import ENGINE_ACTOR
 from gpuslo.engine.store.views import SilenceView, ViolationView
 
@@ -64,6 +83,13 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def delivery_policy(settings: Settings) -> DeliveryPolicy:
+    """The delivery worker's policy from the settings (the rest are DeliveryPolicy's defaults)."""
+    return DeliveryPolicy(per_receiver=settings.delivery_per_receiver,
+                          max_age_s=settings.notification_max_age_hours * 3600,
+                          dead_letter=settings.dead_letter_receiver or None)
+
+
 def _reason(problem: FieldProblem) -> str:
     """A low-cardinality label for the rejected-events metric."""
     return problem.reason.split(" (")[0].split(":")[0][:40] if problem.path == "(event)" else problem.path
@@ -93,7 +119,9 @@ class Gpuslo:
         # Alerting (optional): routing config, and the outbox delivery job on the same scheduler.
         self.alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
                                             if settings.alerts_config else None)
-        self.delivery = DeliveryWorker(database, self.alerts) if self.alerts else None
+        self.delivery = DeliveryWorker(database, self.alerts, delivery_policy(settings),
+                                       metrics=DeliveryMetrics(self.alerts.receivers, metrics.registry)) \
+            if self.alerts else None
         if self.delivery:
             self.delivery.install(self.scheduler)
         self.resender = (AlertmanagerResender(
@@ -300,6 +328,24 @@ class Gpuslo:
         return self._in_transaction(lambda s: notifications.retry(s, notification_id, _now(), actor=actor,
                                                                   source=source),
                                     AuditNote("notification.retry", "notification", notification_id, actor, source))
+
+    def receiver_health(self) -> list[ReceiverHealth]:
+        """Every receiver's health (last success and failure, disabled, queue); empty without alerting."""
+        if self.delivery is None:
+            return []
+        return self.delivery.health()
+
+    def enable_receiver(self, name: str, *, actor: str, source: str | None = None) -> ReceiverHealth:
+        """Re-enable a receiver disabled by a 410 Gone; its waiting notifications go out again. Audited;
+        NotFoundError for an unknown receiver, InvalidTransition (409) when it is not disabled."""
+        if self.alerts is None or name not in self.alerts.receivers:
+            raise NotFoundError(f"no receiver named {name!r} in the alerts config")
+        with self.database.session() as session:
+            before, after = receivers.enable(session, name)
+            audit.record(session, at=_now(), actor=actor, action="receiver.enable", target_type="receiver",
+                         target_id=name, before=before.to_dict(), after=after.to_dict(), source_ip=source)
+        log.info("receiver %s re-enabled by %s", name, actor)
+        return after
 
     def quiet_by_rule(self) -> dict[str, float]:
         """`resolve.after` of every loaded rule that has one."""
