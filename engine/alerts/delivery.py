@@ -138,6 +138,7 @@ class DeliveryWorker:
         try:
             with self.database.session(readonly=True) as session:
                 self._disabled = receivers.disabled(session)
+            self.metrics.disabled_set(self._disabled)
             handled = self._expire() + self._settle_unconfigured()
         except GpusloError as exc:
             log.error("delivery dispatch: %s", exc)
@@ -238,7 +239,7 @@ class DeliveryWorker:
         except GpusloError as exc:
             log.warning("delivery metrics: %s", exc)
             return
-        self.metrics.gauges(counts, self._disabled)
+        self.metrics.queues(counts)
 
     def _deliver(self, row: NotificationView) -> None:
         receiver = self.config.receivers[row.receiver]
@@ -296,6 +297,7 @@ class DeliveryWorker:
             receivers.note_failure(session, row.receiver, now, error)
             receivers.disable(session, row.receiver, now, f"HTTP 410 Gone on notification {row.id}")
         self._disabled.add(row.receiver)
+        self.metrics.disabled_set(self._disabled)
         self.metrics.count(row.receiver, "disabled", "http_410")
         log.error("receiver %s answered 410 Gone: disabled; its notifications wait until an operator re-enables it "
                   "(`gpuslo alerts enable-receiver %s`, the notifications page or the API)", row.receiver,

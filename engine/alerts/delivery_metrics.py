@@ -47,10 +47,13 @@ class DeliveryMetrics:
             raise ValueError(f"delivery metric: unknown outcome {outcome!r} or reason {reason!r}")
         self.outcomes.labels(self.label(receiver), outcome, reason).inc()
 
-    def gauges(self, counts: Mapping[str, Mapping[str, int]], disabled: set[str]) -> None:
-        """Set queue depth, dead and disabled of every configured receiver from one grouped count."""
+    def queues(self, counts: Mapping[str, Mapping[str, int]]) -> None:
+        """Set queue depth and dead of every configured receiver from one grouped count."""
         for name in self.receivers:
             found = counts.get(name, {})
             self.queue_depth.labels(name).set(found.get("pending", 0) + found.get("delivering", 0))
             self.dead.labels(name).set(found.get("dead", 0))
+
+    def disabled_set(self, disabled: set[str]) -> None:
+        for name in self.receivers:
             self.disabled.labels(name).set(1 if name in disabled else 0)

@@ -18,7 +18,7 @@ from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from gpuslo.engine.store.models import ViolationRow
-from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow
+from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow, ReceiverStateRow
 from gpuslo.engine.store.rows import append_history, store_operation
 
 UNFINISHED = ("pending", "delivering", "dead")
@@ -130,7 +130,9 @@ def claim(session: Session, now: datetime, *, lease_s: float, limit: int, receiv
                              earlier.id < row.id, earlier.status.in_(UNFINISHED))
     due = or_(and_(row.status == "pending", row.next_attempt_at <= now),
               and_(row.status == "delivering", row.lease_until < now))
-    query = select(row.id).where(due, ~blocked)
+    # A receiver disabled by a 410 Gone gets nothing, whichever worker claims and however stale its view is.
+    disabled = select(ReceiverStateRow.receiver).where(ReceiverStateRow.disabled_at.is_not(None))
+    query = select(row.id).where(due, ~blocked, row.receiver.not_in(disabled))
     if receiver is not None:
         query = query.where(row.receiver == receiver)
     if not_in is not None:
