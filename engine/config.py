@@ -51,6 +51,10 @@ class Settings:
     ingest_requests_per_second: float = 50.0
     ingest_burst: int = 200
     event_retention_days: int = 30
+    audit_retention_days: int = 0  # 0: the audit log is kept for ever; else rows older than this are pruned
+    # Start even when the database may lose acknowledged writes (SQLite pragmas not as set, PostgreSQL
+    # synchronous_commit or fsync off): a warning instead of a refusal.
+    allow_unsafe_durability: bool = False
 
     def with_overrides(self, **changes: object) -> Settings:
         """A copy with some fields replaced (used by the CLI and tests)."""

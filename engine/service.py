@@ -45,6 +45,7 @@ from gpuslo.engine.store import (
 )
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.durability import check_durability
 from gpuslo.engine.store.outbox import NotificationView
 from gpuslo.engine.store.receivers import ReceiverHealth
 from gpuslo.engine.store.rows import ENGINE_ACTOR
@@ -135,6 +136,7 @@ class Gpuslo:
         """Migrate the database, load the rulebooks and start the engine."""
         database = Database(settings.database_url)
         database.upgrade()
+        check_durability(database, allow_unsafe=settings.allow_unsafe_durability)
         core = cls(settings, database, Metrics())
         core.reload_rulebooks()
         core.runtime.start()
@@ -373,6 +375,7 @@ class Gpuslo:
         """The periodic job: prune raw events older than `event_retention_days` (evidence is kept)."""
         days = self.settings.event_retention_days
         if days <= 0:
+            self._prune_audit(now or _now())
             return 0
         cutoff = (now or _now()) - timedelta(days=days)
         pruned = 0
@@ -388,7 +391,20 @@ class Gpuslo:
                           RETENTION_INTERVAL_S)
         if pruned:
             log.info("retention: pruned %d events received before %s", pruned, cutoff.isoformat())
+        self._prune_audit(now or _now())
         return pruned
+
+    def _prune_audit(self, now: datetime) -> None:
+        days = self.settings.audit_retention_days
+        if days <= 0:
+            return
+        try:
+            with self.database.session() as session:
+                gone = retention.prune_audit(session, now - timedelta(days=days), now)
+            if gone:
+                log.info("retention: pruned %d audit rows older than %d days (recorded as audit.prune)", gone, days)
+        except GpusloError:
+            log.exception("audit retention failed; it runs again in %.0f s", RETENTION_INTERVAL_S)
 
 
 def _stored_source(rulebook: Rulebook) -> str:

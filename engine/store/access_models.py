@@ -43,7 +43,8 @@ class ApiTokenRow(Base):
 
 
 class AuditRow(Base):
-    """One human or API action; rows are only ever inserted (retention never touches this table)."""
+    """One human or API action; rows are only ever inserted. Triggers (migration 0006) refuse updates and deletes
+    except the audited prune of gpuslo.engine.store.retention.prune_audit."""
 
     __tablename__ = "audit_log"
 
