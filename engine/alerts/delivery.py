@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
 from gpuslo.engine.alerts.egress import GuardedClients, Resolver, system_resolver
 from gpuslo.engine.alerts.lanes import Lane
-from gpuslo.engine.alerts.notification import Notification
+from gpuslo.engine.alerts.notification import HttpRequest, Notification
 from gpuslo.engine.alerts.routing import AlertsConfig, TokenBuckets
 from gpuslo.engine.alerts.secrets import redact, scrub
 from gpuslo.engine.alerts.transport import Outcome, send
@@ -31,6 +32,8 @@ from gpuslo.engine.store.outbox import Attempt, NotificationView
 from gpuslo.engine.store.receivers import ReceiverHealth
 
 log = logging.getLogger(__name__)
+# Sends one rendered request: transport.send; the stateful model of the outbox scripts outcomes through it.
+Sender = Callable[[httpx.Client, HttpRequest, datetime], Outcome]
 JOB_ID = "alerts-delivery"
 
 
@@ -94,13 +97,14 @@ class DeliveryWorker:
 
     def __init__(self, database: Database, config: AlertsConfig, policy: DeliveryPolicy | None = None, *,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC), rng: random.Random | None = None,
-                 resolver: Resolver = system_resolver, metrics: DeliveryMetrics | None = None):
+                 resolver: Resolver = system_resolver, metrics: DeliveryMetrics | None = None,
+                 sender: Sender = send):
         self.database, self.config = database, config
         self.policy = policy or DeliveryPolicy()
         if self.policy.dead_letter is not None and self.policy.dead_letter not in config.receivers:
             raise ConfigError(f"dead_letter_receiver {self.policy.dead_letter!r} is not a receiver of "
                               f"{config.source or 'the alerts config'}")
-        self.clock = clock
+        self.clock, self.sender = clock, sender
         self.rng = rng or random.Random()
         self.buckets = TokenBuckets(config.rate_limits)
         # Receivers' hosts are resolved again and vetted at each new connection (egress), with `resolver`.
@@ -109,7 +113,7 @@ class DeliveryWorker:
         self._lanes = {name: Lane(name, self.policy.per_receiver) for name in config.receivers}
         self._disabled: set[str] = set()
         self._background = self._stopping = False
-        self._gauges_due = 0.0
+        self._gauges_due = self._settle_due = 0.0
         # httpx logs every request URL at INFO, and a Slack webhook URL is a secret.
         self._scrubber = SecretScrubber(config.secret_values())
         logging.getLogger("httpx").addFilter(self._scrubber)
@@ -201,6 +205,10 @@ class DeliveryWorker:
             log.exception("notification %d to %s: delivery failed unexpectedly", row.id, row.receiver)
 
     def _settle_unconfigured(self) -> int:
+        # Rows of a removed receiver appear only after a config change: looking every 10 s is plenty.
+        if time.monotonic() < self._settle_due:
+            return 0
+        self._settle_due = time.monotonic() + 10.0
         with self.database.session() as session:
             claimed = outbox.claim(session, self.clock(), lease_s=self.policy.lease_s, limit=100,
                                    not_in=list(self.config.receivers))
@@ -252,7 +260,7 @@ class DeliveryWorker:
         notification = Notification.from_dict(row.payload)
         request = receiver.render(notification, message_id(row.id), self.clock())
         client = self.clients.get(self.config.target_policy(row.receiver))
-        self._finish(row, send(client, request, self.clock()))
+        self._finish(row, self.sender(client, request, self.clock()))
 
     def _finish(self, row: NotificationView, outcome: Outcome) -> None:
         if outcome.status == "gone":

@@ -8,16 +8,17 @@ or dead: so a resolve never overtakes its trigger.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import Integer, Select, String, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from gpuslo.engine.store.models import ViolationRow
+from gpuslo.engine.store.models import UTCDateTime, ViolationRow
 from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow, ReceiverStateRow
 from gpuslo.engine.store.rows import append_history, store_operation
 
@@ -120,12 +121,12 @@ def active_violation_fields(session: Session, host: str | None) -> list[dict[str
             for r in session.scalars(query.limit(1000))]
 
 
-@store_operation
-def claim(session: Session, now: datetime, *, lease_s: float, limit: int, receiver: str | None = None,
-          not_in: Sequence[str] | None = None) -> list[NotificationView]:
-    """Take up to `limit` due rows (pending, or delivering with an expired lease) and lease them to the caller;
-    only `receiver`'s rows when given (a receiver's delivery lane), or only rows of receivers not in `not_in`."""
+@functools.lru_cache(maxsize=32)
+def _claim_query(by_receiver: bool, not_in: tuple[str, ...] | None) -> Select[tuple[int]]:
+    """The claim's SELECT, built once per shape (the dispatcher runs it per receiver twice a second); `now`,
+    `receiver` and `limit` are bound at execution."""
     row, earlier = NotificationRow, aliased(NotificationRow)
+    now = bindparam("now", type_=UTCDateTime())
     blocked = exists().where(earlier.receiver == row.receiver, earlier.dedup_key == row.dedup_key,
                              earlier.id < row.id, earlier.status.in_(UNFINISHED))
     due = or_(and_(row.status == "pending", row.next_attempt_at <= now),
@@ -133,12 +134,25 @@ def claim(session: Session, now: datetime, *, lease_s: float, limit: int, receiv
     # A receiver disabled by a 410 Gone gets nothing, whichever worker claims and however stale its view is.
     disabled = select(ReceiverStateRow.receiver).where(ReceiverStateRow.disabled_at.is_not(None))
     query = select(row.id).where(due, ~blocked, row.receiver.not_in(disabled))
-    if receiver is not None:
-        query = query.where(row.receiver == receiver)
+    if by_receiver:
+        query = query.where(row.receiver == bindparam("receiver", type_=String()))
     if not_in is not None:
         query = query.where(row.receiver.not_in(list(not_in)))
-    ids = list(session.scalars(
-        query.order_by(row.next_attempt_at, row.id).limit(limit).with_for_update(skip_locked=True, of=row)))
+    return (query.order_by(row.next_attempt_at, row.id).limit(bindparam("limit", type_=Integer()))
+            .with_for_update(skip_locked=True, of=row))
+
+
+@store_operation
+def claim(session: Session, now: datetime, *, lease_s: float, limit: int, receiver: str | None = None,
+          not_in: Sequence[str] | None = None) -> list[NotificationView]:
+    """Take up to `limit` due rows (pending, or delivering with an expired lease) and lease them to the caller;
+    only `receiver`'s rows when given (a receiver's delivery lane), or only rows of receivers not in `not_in`."""
+    row = NotificationRow
+    query = _claim_query(receiver is not None, tuple(sorted(not_in)) if not_in is not None else None)
+    params: dict[str, Any] = {"now": now, "limit": limit}
+    if receiver is not None:
+        params["receiver"] = receiver
+    ids = list(session.scalars(query, params))
     if not ids:
         return []
     lease_until = now + timedelta(seconds=lease_s)
