@@ -42,6 +42,7 @@ from gpuslo.engine.store import (
     repository,
     retention,
     silences,
+    web_sessions,
 )
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
@@ -395,6 +396,12 @@ class Gpuslo:
         return pruned
 
     def _prune_audit(self, now: datetime) -> None:
+        """Forget login sessions over for a day, and prune the audit log when `audit_retention_days` says so."""
+        try:
+            with self.database.session() as session:
+                web_sessions.prune(session, before=now - timedelta(days=1))
+        except GpusloError:
+            log.exception("pruning ended login sessions failed; it runs again in %.0f s", RETENTION_INTERVAL_S)
         days = self.settings.audit_retention_days
         if days <= 0:
             return
