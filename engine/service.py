@@ -7,13 +7,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.orm import Session
 
+from gpuslo.engine import housekeeping
 from gpuslo.engine.alerts import AlertsConfig, DeliveryPolicy, DeliveryWorker, enqueue_for_change, load_alerts_config
 from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
 from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
@@ -40,9 +41,7 @@ from gpuslo.engine.store import (
     notifications,
     receivers,
     repository,
-    retention,
     silences,
-    web_sessions,
 )
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
@@ -373,45 +372,9 @@ class Gpuslo:
         return resolved
 
     def run_retention(self, now: datetime | None = None) -> int:
-        """The periodic job: prune raw events older than `event_retention_days` (evidence is kept)."""
-        days = self.settings.event_retention_days
-        if days <= 0:
-            self._prune_audit(now or _now())
-            return 0
-        cutoff = (now or _now()) - timedelta(days=days)
-        pruned = 0
-        try:
-            while True:
-                with self.database.session() as session:
-                    deleted = retention.prune_events_batch(session, cutoff)
-                pruned += deleted
-                if deleted < retention.BATCH:
-                    break
-        except GpusloError:
-            log.exception("retention job failed after pruning %d events; it runs again in %.0f s", pruned,
-                          RETENTION_INTERVAL_S)
-        if pruned:
-            log.info("retention: pruned %d events received before %s", pruned, cutoff.isoformat())
-        self._prune_audit(now or _now())
-        return pruned
-
-    def _prune_audit(self, now: datetime) -> None:
-        """Forget login sessions over for a day, and prune the audit log when `audit_retention_days` says so."""
-        try:
-            with self.database.session() as session:
-                web_sessions.prune(session, before=now - timedelta(days=1))
-        except GpusloError:
-            log.exception("pruning ended login sessions failed; it runs again in %.0f s", RETENTION_INTERVAL_S)
-        days = self.settings.audit_retention_days
-        if days <= 0:
-            return
-        try:
-            with self.database.session() as session:
-                gone = retention.prune_audit(session, now - timedelta(days=days), now)
-            if gone:
-                log.info("retention: pruned %d audit rows older than %d days (recorded as audit.prune)", gone, days)
-        except GpusloError:
-            log.exception("audit retention failed; it runs again in %.0f s", RETENTION_INTERVAL_S)
+        """The periodic job: prune raw events older than `event_retention_days` (evidence is kept), ended login
+        sessions, and the audit log when `audit_retention_days` is set; the number of events pruned."""
+        return housekeeping.run_retention(self.database, self.settings, now or _now(), RETENTION_INTERVAL_S)
 
 
 def _stored_source(rulebook: Rulebook) -> str:
