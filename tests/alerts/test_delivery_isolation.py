@@ -63,17 +63,23 @@ def test_a_hanging_receiver_delays_no_other_receiver_by_more_than_a_second(datab
     healthy, stuck = receiver_server(), receiver_server()
     stuck.script.extend([("hang", 30)] * 200)  # every request hangs past the timeout
     policy = DeliveryPolicy(timeout_s=3.0, per_receiver=2, lease_s=30.0, interval_s=0.2)
-    count = 40
-    alone = _time_to_deliver(database, record, _config(healthy=healthy.url), healthy, count, policy, "alone")
-    beside = _time_to_deliver(database, record, _config(healthy=healthy.url, stuck=stuck.url), healthy, count,
-                              policy, "beside")
-    assert len(healthy.requests) == 2 * count
-    assert beside - alone < 1.0, f"healthy receiver: {alone:.2f} s alone, {beside:.2f} s beside a hanging one"
-    assert 1 <= len(stuck.requests) <= policy.per_receiver  # the hanging receiver holds only its own lane
+    count, rounds = 15, 2
+    # Alone and beside alternate, best of two each: on 2 shared vCPUs one run's noise is about a second.
+    alone, beside = [], []
+    for n in range(rounds):
+        alone.append(_time_to_deliver(database, record, _config(healthy=healthy.url), healthy, count, policy,
+                                      f"alone{n}-"))
+        beside.append(_time_to_deliver(database, record, _config(healthy=healthy.url, stuck=stuck.url), healthy,
+                                       count, policy, f"beside{n}-"))
+    assert len(healthy.requests) == 2 * rounds * count
+    assert min(beside) - min(alone) < 1.0, f"healthy receiver: {alone} s alone, {beside} s beside a hanging one"
+    # Under the old worker every batch of 5 holding a hanging receiver's row waited its 3 s timeout: >= 18 s here.
+    assert min(beside) < 2 * policy.timeout_s
+    assert 1 <= len(stuck.requests) <= rounds * policy.per_receiver  # the hanging receiver holds only its lane
     with database.session(readonly=True) as session:
-        healthy_ids = {r.id for r in outbox.list_notifications(session, status="delivered")}
-    assert len(healthy_ids) == 2 * count  # every one delivered, once: no row lost or sent twice
-    assert len({r.headers["webhook-id"] for r in healthy.requests}) == 2 * count
+        delivered = outbox.list_notifications(session, status="delivered")
+    assert len(delivered) == 2 * rounds * count  # every one delivered, once: no row lost or sent twice
+    assert len({r.headers["webhook-id"] for r in healthy.requests}) == 2 * rounds * count
 
 
 def test_two_workers_share_the_lanes_without_losing_or_repeating_a_notification(database, record, receiver_server):
