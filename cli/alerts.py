@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import click
+from sqlalchemy.orm import Session
 
 from gpuslo.engine.alerts import load_alerts_config
 from gpuslo.engine.alerts.testsend import send_test
@@ -40,3 +42,20 @@ def alerts_test(ctx: click.Context, config_path: Path | None, route_name: str | 
         click.echo(f"  POST {result.url}")
         click.echo("  " + result.body[:2000])
     ctx.exit(0 if all(r.status == "delivered" for r in results) else 1)
+
+
+@alerts.command("enable-receiver")
+@click.argument("name")
+@click.pass_context
+def alerts_enable_receiver(ctx: click.Context, name: str) -> None:
+    """Re-enable a receiver that answered 410 Gone; its waiting notifications go out again. Audited."""
+    from gpuslo.cli.tokens import _actor, _audited
+    from gpuslo.engine.store import audit, receivers
+
+    def change(session: Session, now: datetime) -> None:
+        before, after = receivers.enable(session, name)
+        audit.record(session, at=now, actor=_actor(), action="receiver.enable", target_type="receiver",
+                     target_id=name, before=before.to_dict(), after=after.to_dict(), detail="cli")
+
+    _audited(ctx, change)
+    click.echo(f"receiver {name} is enabled; its waiting notifications go out again")

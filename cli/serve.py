@@ -93,11 +93,27 @@ def start_local_probes(probes: Sequence[str], server_url: str, token: str | None
     return agent
 
 
+def startup_warnings(settings: Settings) -> list[str]:
+    """What a start-up with these settings should warn about (the database's own checks are in the core)."""
+    found = []
+    if settings.auth_proxy_header and not settings.trusted_proxies:
+        found.append(f"auth_proxy_header is {settings.auth_proxy_header!r} but trusted_proxies is empty: any client "
+                     "that reaches gpuslo directly can send that header and log in as anyone; list the proxy's "
+                     "address in trusted_proxies")
+    if not settings.trusted_proxies and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        found.append(f"listening on {settings.host} with trusted_proxies empty: behind a reverse proxy every client "
+                     "is recorded and rate-limited under the proxy's address (requests carrying X-Forwarded-For "
+                     "will be logged once)")
+    return found
+
+
 def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str | None = None) -> None:
     """Open the core (migrates the database, loads rulebooks), serve until a signal, then close it all."""
     from gpuslo.engine.service import Gpuslo
     from gpuslo.web import create_app
 
+    for warning in startup_warnings(settings):
+        log.warning("%s", warning)
     core = Gpuslo.open(settings)
     agent = None
     try:

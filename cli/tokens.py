@@ -149,7 +149,7 @@ def users_list(ctx: click.Context) -> None:
 def _update(ctx: click.Context, name: str, action: str, **changes: object) -> credentials.UserView:
     def change(session: Session, now: datetime) -> credentials.UserView:
         values = {k: (now if v is True and k == "disabled_at" else v) for k, v in changes.items()}
-        before, after = credentials.update_user(session, name, **values)  # type: ignore[arg-type]
+        before, after = credentials.update_user(session, name, now=now, **values)  # type: ignore[arg-type]
         audit.record(session, at=now, actor=_actor(), action=action, target_type="user", target_id=name,
                      before=before.to_dict(), after=after.to_dict(), detail="cli")
         return after
@@ -165,6 +165,17 @@ def users_set_role(ctx: click.Context, name: str, role: str) -> None:
     """Change a user's role; it applies to their next request."""
     user = _update(ctx, name, "user.set_role", role=role)
     click.echo(f"user {user.name} is now {user.role}")
+
+
+@users.command("set-password")
+@click.argument("name")
+@click.option("--password-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Read the new password from the first line of this file (else a prompt asks for it).")
+@click.pass_context
+def users_set_password(ctx: click.Context, name: str, password_file: Path | None) -> None:
+    """Set a user's password; every login session of the user ends at once."""
+    _update(ctx, name, "user.set_password", password_hash=hash_password(_read_password(password_file)))
+    click.echo(f"password of {name} changed; their sessions have ended")
 
 
 @users.command("disable")

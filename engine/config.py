@@ -32,6 +32,10 @@ class Settings:
     # A trace UI's URL with {trace_id} (and optionally {span_id}): events that carry a W3C trace link to it.
     trace_url_template: str = ""
     alerts_config: Path | None = None
+    # Delivery (docs/alerts.md#delivery): threads per receiver, maximum age, and the dead-letter receiver.
+    delivery_per_receiver: int = 2
+    notification_max_age_hours: float = 6.0
+    dead_letter_receiver: str = ""
     # Access control and audit (docs/configuration.md#access-control).
     auth_required: bool = True
     auth_proxy_header: str = ""
@@ -41,10 +45,16 @@ class Settings:
     secret_key_file: Path = Path("var/secret_key")
     session_cookie_secure: bool = False
     session_hours: float = 12.0
-    login_failures_per_minute: int = 5
+    login_failures_per_minute: int = 5  # per user name and client address
+    login_failures_per_address_per_minute: int = 30  # per client address, whatever the user names
+    refused_audit_per_minute: int = 10  # audit rows of refused (401/403) requests per client address per minute
     ingest_requests_per_second: float = 50.0
     ingest_burst: int = 200
     event_retention_days: int = 30
+    audit_retention_days: int = 0  # 0: the audit log is kept for ever; else rows older than this are pruned
+    # Start even when the database may lose acknowledged writes (SQLite pragmas not as set, PostgreSQL
+    # synchronous_commit or fsync off): a warning instead of a refusal.
+    allow_unsafe_durability: bool = False
 
     def with_overrides(self, **changes: object) -> Settings:
         """A copy with some fields replaced (used by the CLI and tests)."""

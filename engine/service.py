@@ -7,17 +7,27 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.alerts import AlertsConfig, DeliveryWorker, enqueue_for_change, load_alerts_config
+from gpuslo.engine import housekeeping
+from gpuslo.engine.alerts import AlertsConfig, DeliveryPolicy, DeliveryWorker, enqueue_for_change, load_alerts_config
 from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
+from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
 from gpuslo.engine.config import Settings
-from gpuslo.engine.errors import EngineError, EventError, FieldProblem, GpusloError, Location, RulebookProblem
+from gpuslo.engine.errors import (
+    EngineError,
+    EventError,
+    FieldProblem,
+    GpusloError,
+    Location,
+    NotFoundError,
+    RulebookProblem,
+)
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics import Metrics
@@ -30,10 +40,21 @@ from gpuslo.engine.slo import store as slo_store
 from gpuslo.engine.slo.metrics import SloCollector
 from gpuslo.engine.slo.model import Sli
 from gpuslo.engine.stall_causes import CLUSTER_INTERVAL_S, StallCauses
-from gpuslo.engine.store import audit, batch, charts, lifecycle, notifications, repository, retention, silences
+from gpuslo.engine.store import (
+    audit,
+    batch,
+    charts,
+    lifecycle,
+    notifications,
+    receivers,
+    repository,
+    silences,
+)
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.durability import check_durability
 from gpuslo.engine.store.outbox import NotificationView
+from gpuslo.engine.store.receivers import ReceiverHealth
 from gpuslo.engine.store.rows import ENGINE_ACTOR
 from gpuslo.engine.store.views import SilenceView, ViolationView
 
@@ -68,6 +89,13 @@ def rules_fingerprint(directory: Path, overrides_dir: Path | None = None) -> tup
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def delivery_policy(settings: Settings) -> DeliveryPolicy:
+    """The delivery worker's policy from the settings (the rest are DeliveryPolicy's defaults)."""
+    return DeliveryPolicy(per_receiver=settings.delivery_per_receiver,
+                          max_age_s=settings.notification_max_age_hours * 3600,
+                          dead_letter=settings.dead_letter_receiver or None)
 
 
 def _reason(problem: FieldProblem) -> str:
@@ -107,7 +135,9 @@ class Gpuslo:
         # Alerting (optional): routing config, and the outbox delivery job on the same scheduler.
         self.alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
                                             if settings.alerts_config else None)
-        self.delivery = DeliveryWorker(database, self.alerts) if self.alerts else None
+        self.delivery = DeliveryWorker(database, self.alerts, delivery_policy(settings),
+                                       metrics=DeliveryMetrics(self.alerts.receivers, metrics.registry)) \
+            if self.alerts else None
         if self.delivery:
             self.delivery.install(self.scheduler)
         self.resender = (AlertmanagerResender(
@@ -121,6 +151,7 @@ class Gpuslo:
         """Migrate the database, load the rulebooks and start the engine."""
         database = Database(settings.database_url)
         database.upgrade()
+        check_durability(database, allow_unsafe=settings.allow_unsafe_durability)
         core = cls(settings, database, Metrics())
         core.reload_rulebooks()
         core.runtime.start()
@@ -368,6 +399,24 @@ class Gpuslo:
                                                                   source=source),
                                     AuditNote("notification.retry", "notification", notification_id, actor, source))
 
+    def receiver_health(self) -> list[ReceiverHealth]:
+        """Every receiver's health (last success and failure, disabled, queue); empty without alerting."""
+        if self.delivery is None:
+            return []
+        return self.delivery.health()
+
+    def enable_receiver(self, name: str, *, actor: str, source: str | None = None) -> ReceiverHealth:
+        """Re-enable a receiver disabled by a 410 Gone; its waiting notifications go out again. Audited;
+        NotFoundError for an unknown receiver, InvalidTransition (409) when it is not disabled."""
+        if self.alerts is None or name not in self.alerts.receivers:
+            raise NotFoundError(f"no receiver named {name!r} in the alerts config")
+        with self.database.session() as session:
+            before, after = receivers.enable(session, name)
+            audit.record(session, at=_now(), actor=actor, action="receiver.enable", target_type="receiver",
+                         target_id=name, before=before.to_dict(), after=after.to_dict(), source_ip=source)
+        log.info("receiver %s re-enabled by %s", name, actor)
+        return after
+
     def quiet_by_rule(self) -> dict[str, float]:
         """`resolve.after` of every loaded rule that has one."""
         return {rule.id: rule.lifecycle.resolve_after_s for rulebook in self._status.rulebooks
@@ -391,25 +440,9 @@ class Gpuslo:
         return resolved
 
     def run_retention(self, now: datetime | None = None) -> int:
-        """The periodic job: prune raw events older than `event_retention_days` (evidence is kept)."""
-        days = self.settings.event_retention_days
-        if days <= 0:
-            return 0
-        cutoff = (now or _now()) - timedelta(days=days)
-        pruned = 0
-        try:
-            while True:
-                with self.database.session() as session:
-                    deleted = retention.prune_events_batch(session, cutoff)
-                pruned += deleted
-                if deleted < retention.BATCH:
-                    break
-        except GpusloError:
-            log.exception("retention job failed after pruning %d events; it runs again in %.0f s", pruned,
-                          RETENTION_INTERVAL_S)
-        if pruned:
-            log.info("retention: pruned %d events received before %s", pruned, cutoff.isoformat())
-        return pruned
+        """The periodic job: prune raw events older than `event_retention_days` (evidence is kept), ended login
+        sessions, and the audit log when `audit_retention_days` is set; the number of events pruned."""
+        return housekeeping.run_retention(self.database, self.settings, now or _now(), RETENTION_INTERVAL_S)
 
 
 def _stored_source(rulebook: Rulebook) -> str:

@@ -3,8 +3,9 @@
 examples/incidents/h200-stall-attribution.jsonl is every token_stall `gpuslo serve` stored in that run, each
 labelled `labels.injected` with the phase (the cause injected then) and carrying the attribution probe's
 `attribution.*` attributes; examples/signals/h200-stall-signals.jsonl holds the eBPF intervals and NVML
-samples each attribution was computed from. The test recomputes every attribution from those signals, checks the confusion matrix of
-the run (injected cause × dominant layer), and replays the stalls through the shipped rules.
+samples each attribution was computed from. The test recomputes every attribution from those signals, checks
+the confusion matrix of the run (injected cause × dominant layer), and replays the stalls through the shipped
+rules.
 """
 
 from __future__ import annotations

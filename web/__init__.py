@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from gpuslo.engine.service import Gpuslo
 
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'",
+    # frame-ancestors (and X-Frame-Options for browsers without CSP 2): no page may be framed (clickjacking).
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }

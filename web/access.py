@@ -19,12 +19,12 @@ from werkzeug.wrappers import Response
 from gpuslo.engine.access import ROLES, SCOPES, permissions_of_role, permissions_of_scopes
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import GpusloError
-from gpuslo.engine.store import audit, credentials
+from gpuslo.engine.store import audit, credentials, web_sessions
 from gpuslo.web.context import current_core
 from gpuslo.web.csrf import check_csrf, csrf_token
 from gpuslo.web.errors import RequestError, error_response, wants_json
 from gpuslo.web.policy import PUBLIC, ROUTE_POLICY
-from gpuslo.web.ratelimit import RateLimiter
+from gpuslo.web.ratelimit import AuditThrottle, RateLimiter
 
 log = logging.getLogger(__name__)
 STATE = "gpuslo.access"
@@ -59,6 +59,10 @@ class AccessState:
         self.settings = settings
         per_minute = max(1, settings.login_failures_per_minute)
         self.login_limiter = RateLimiter(per_minute / 60.0, per_minute)
+        per_address = max(1, settings.login_failures_per_address_per_minute)
+        self.login_address_limiter = RateLimiter(per_address / 60.0, per_address)
+        self.refusals = AuditThrottle(settings.refused_audit_per_minute)
+        self.proxy_warning_given = False
         rate = settings.ingest_requests_per_second
         self.ingest_limiter = RateLimiter(rate, max(1, settings.ingest_burst)) if rate > 0 else None
         self.credentials_seen = False
@@ -96,6 +100,29 @@ def record_audit(action: str, *, actor: str | None = None, target_type: str | No
                      source_ip=request.remote_addr, detail=detail)
 
 
+def throttled_audit(action: str, *, actor: str | None = None, target_type: str | None = None,
+                    target_id: object = None, detail: str | None = None) -> None:
+    """An audit row for a refused request, at most `refused_audit_per_minute` per client address; the suppressed
+    ones are counted in the next row's detail. A failing database never turns a refusal into a 500."""
+    write, suppressed = state().refusals.admit(request.remote_addr or "?")
+    if not write:
+        return
+    if suppressed:
+        detail = f"{detail or ''} (+{suppressed} similar refusals from this address not recorded)".strip()
+    try:
+        record_audit(action, actor=actor, target_type=target_type, target_id=target_id, detail=detail)
+    except GpusloError as exc:
+        log.warning("could not audit a refused request: %s", exc)
+
+
+def _audit_refusal(status: int, code: str) -> None:
+    principal = current_principal()
+    actor = principal.actor if principal is not None else None
+    throttled_audit("access.denied", actor=actor or "anonymous", target_type="route",
+                    target_id=request.endpoint or request.path,
+                    detail=f"{status} {code}: {request.method} {request.path[:200]}")
+
+
 def _now() -> Any:
     from datetime import UTC, datetime
 
@@ -121,13 +148,14 @@ def _from_bearer(header: str) -> Principal:
 
 
 def _from_session() -> Principal | None:
-    name = session.get("user")
+    name, sid = session.get("user"), session.get("sid")
     if not isinstance(name, str):
         return None
     with current_core().database.session(readonly=True) as db:
-        user = credentials.get_user(db, name)
+        live = web_sessions.find(db, sid, now=_now()) if isinstance(sid, str) else None
+        user = credentials.get_user(db, name) if live is not None and live.user_name == name else None
     if user is None or user.disabled_at is not None:
-        session.clear()  # deleted or disabled since the login: the session ends now
+        session.clear()  # logged out, expired, password changed, deleted or disabled: the session is over
         return None
     return Principal(user.name, SESSION, permissions_of_role(user.role), role=user.role)
 
@@ -178,12 +206,39 @@ def _limit_ingest(access: AccessState, principal: Principal) -> None:
         return
     key = f"token:{principal.token_id}" if principal.token_id is not None else f"ip:{request.remote_addr}"
     if not limiter.spend(key):
-        raise RequestError(429, "rate_limited", f"ingest limit reached; retry in {limiter.retry_after(key)} s")
+        wait = limiter.retry_after(key)
+        raise RequestError(429, "rate_limited", f"ingest limit reached; retry in {wait} s", retry_after=wait)
 
 
 def enforce() -> Response | None:
-    """The before_request hook: authenticate, authorize, check CSRF and the ingest rate."""
+    """The before_request hook: authenticate, authorize, check CSRF and the ingest rate; refusals (401, 403)
+    are audited, bounded per address."""
     access = state()
+    _warn_untrusted_proxy_headers(access)
+    try:
+        response = _enforce(access)
+    except RequestError as exc:
+        if exc.status in (401, 403):
+            _audit_refusal(exc.status, exc.code)
+        raise
+    if response is not None and response.status_code == 401:
+        _audit_refusal(401, "unauthenticated")
+    return response
+
+
+def _warn_untrusted_proxy_headers(access: AccessState) -> None:
+    """Say once, loudly, that forwarding headers arrive but no proxy is trusted (they are ignored)."""
+    if access.proxy_warning_given or access.settings.trusted_proxies:
+        return
+    if "X-Forwarded-For" in request.headers or "X-Forwarded-Proto" in request.headers:
+        access.proxy_warning_given = True
+        log.warning("a request from %s carries X-Forwarded-For/-Proto but trusted_proxies is empty: the headers "
+                    "are ignored and every client behind the proxy is recorded, rate-limited and bootstrap-"
+                    "checked under the proxy's address; set trusted_proxies to the proxy's address",
+                    request.remote_addr)
+
+
+def _enforce(access: AccessState) -> Response | None:
     endpoint = request.endpoint
     if endpoint is None:
         return None  # no route: Flask answers 404/405

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from flask import Blueprint, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response
 
 from gpuslo.engine.access import check_password
-from gpuslo.engine.store import credentials
-from gpuslo.web.access import current_principal, record_audit, state
+from gpuslo.engine.store import credentials, web_sessions
+from gpuslo.web.access import current_principal, record_audit, state, throttled_audit
 from gpuslo.web.context import current_core
 from gpuslo.web.csrf import new_csrf_token
 
@@ -15,6 +17,10 @@ auth = Blueprint("auth", __name__)
 MAX_PASSWORD = 1024
 # Checked when the user is unknown, so a wrong name costs as long as a wrong password (no user enumeration).
 _DUMMY_HASH = "scrypt:32768:8:1$gpuslo$" + "0" * 128
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _safe_next(target: str | None) -> str:
@@ -37,26 +43,31 @@ def login() -> Response | tuple[str, int]:
 def _attempt() -> Response | tuple[str, int]:
     name = (request.form.get("username") or "").strip()[:200]
     password = (request.form.get("password") or "")[:MAX_PASSWORD]
-    limiter = state().login_limiter
-    keys = (f"ip:{request.remote_addr}", f"user:{name.lower()}")
-    if not all(limiter.allowed(key) for key in keys):
-        record_audit("login.failed", actor=name or "(empty)", target_type="user", target_id=name or None,
-                     detail="rate limited")
+    access = state()
+    # Per user *and* address, plus per address: guessing admin's password from one address never locks the real
+    # admin out from another, and one address cannot spray many user names either.
+    buckets = ((access.login_limiter, f"{name.lower()}@{request.remote_addr}"),
+               (access.login_address_limiter, f"ip:{request.remote_addr}"))
+    if not all(limiter.allowed(key) for limiter, key in buckets):
+        throttled_audit("login.failed", actor=name or "(empty)", target_type="user", target_id=name or None,
+                        detail="rate limited")
         page, _ = _form("Too many failed logins; wait a minute and try again.", name=name)
-        retry = max(limiter.retry_after(key) for key in keys)
+        retry = max(limiter.retry_after(key) for limiter, key in buckets)
         return Response(page, status=429, headers={"Retry-After": str(retry)}, mimetype="text/html")
     with current_core().database.session(readonly=True) as db:
         user = credentials.get_user(db, name) if name else None
     good = check_password(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not good or user.disabled_at is not None:
-        for key in keys:
+        for limiter, key in buckets:
             limiter.spend(key)
         reason = "unknown user" if user is None else "disabled user" if good else "wrong password"
         record_audit("login.failed", actor=name or "(empty)", target_type="user", target_id=name or None,
                      detail=reason)
         return _form("Wrong user name or password.", 401, name)
+    with current_core().database.session() as db:
+        sid = web_sessions.start(db, user.name, now=_now(), lifetime_s=state().settings.session_hours * 3600)
     session.clear()  # a new session on login: nothing from before it survives (session fixation)
-    session["user"] = user.name
+    session["user"], session["sid"] = user.name, sid
     session.permanent = True
     new_csrf_token()
     record_audit("login", actor=user.name, target_type="user", target_id=user.name)
@@ -66,6 +77,10 @@ def _attempt() -> Response | tuple[str, int]:
 @auth.post("/logout")
 def logout() -> Response:
     principal = current_principal()
+    sid = session.get("sid")
+    if isinstance(sid, str):  # ended server-side: the cookie is worthless from now on, wherever a copy is
+        with current_core().database.session() as db:
+            web_sessions.end(db, sid, now=_now())
     if principal is not None and principal.via == "session":
         record_audit("logout", actor=principal.name, target_type="user", target_id=principal.name)
     session.clear()

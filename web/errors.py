@@ -19,12 +19,14 @@ _JSON_PREFIXES = ("/api/", "/healthz", "/metrics")
 class RequestError(GpusloError):
     """A client error with an HTTP status, a stable code and optional per-field details."""
 
-    def __init__(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None):
+    def __init__(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None, *,
+                 retry_after: int | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details or []
+        self.retry_after = retry_after  # whole seconds, sent as Retry-After (429, 503)
 
 
 def wants_json() -> bool:
@@ -40,6 +42,8 @@ def error_response(error: RequestError) -> Response:
     else:
         response = Response(render_template("error.html", error=error), mimetype="text/html")
     response.status_code = error.status
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
     return response
 
 

@@ -3,15 +3,20 @@ dead letter. Errors: NotFoundError 404, InvalidTransition 409 (gpuslo.web.errors
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from flask import Blueprint, Response, jsonify, request
 
+from gpuslo.engine.events import format_time
 from gpuslo.engine.store import notifications
 from gpuslo.engine.store.notifications import NotificationDetail
+from gpuslo.engine.store.receivers import ReceiverHealth
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.filters import notification_filter
 from gpuslo.web.incident_input import action_input
-from gpuslo.web.notification_display import details_json
+from gpuslo.web.notification_display import details_json, scrubbed
 
 notifications_api = Blueprint("notifications_api", __name__, url_prefix="/api/v1")
 
@@ -44,3 +49,22 @@ def retry_notification(notification_id: int) -> Response:
     with current_core().database.session(readonly=True) as session:
         detail = notifications.get_detail(session, view.id)
     return jsonify(details_json([detail or NotificationDetail(view, ())])[0])
+
+
+def _health_json(found: ReceiverHealth) -> dict[str, Any]:
+    data = found.to_dict()
+    data["last_error"] = scrubbed(found.last_error) or None
+    return {k: format_time(v) if isinstance(v, datetime) else v for k, v in data.items()}
+
+
+@notifications_api.get("/receivers")
+def list_receivers() -> Response:
+    """Health of every receiver: last success and failure, disabled (410 Gone) or not, and its queue."""
+    return jsonify({"items": [_health_json(h) for h in current_core().receiver_health()]})
+
+
+@notifications_api.post("/receivers/<name>/enable")
+def enable_receiver(name: str) -> Response:
+    """Re-enable a receiver that a 410 Gone disabled; its waiting notifications go out again (audited)."""
+    given = action_input()
+    return jsonify(_health_json(current_core().enable_receiver(name, actor=given.actor, source=given.source)))

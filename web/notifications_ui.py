@@ -28,7 +28,15 @@ def notifications_page() -> str:
         page = notifications.page_notifications(session, filters, page=paging.page, page_size=paging.page_size)
         known = notifications.receivers(session)
     return render_template("notifications.html", page=page, filters=filters, receivers=known,
-                           statuses=(*NOTIFICATION_STATUSES, ALL), status=filters.status or ALL)
+                           statuses=(*NOTIFICATION_STATUSES, ALL), status=filters.status or ALL,
+                           health=current_core().receiver_health())
+
+
+@notifications_ui.post("/notifications/receivers/<name>/enable")
+def enable_receiver(name: str) -> Response:
+    given = action_input()
+    current_core().enable_receiver(name, actor=given.actor, source=given.source)
+    return redirect(url_for("notifications_ui.notifications_page", _anchor="receiver-health"), code=303)
 
 
 @notifications_ui.post("/notifications/<int:notification_id>/retry")

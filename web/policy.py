@@ -51,6 +51,10 @@ ROUTE_POLICY: dict[str, str] = {
     "notifications_api.retry_notification": OPERATE,
     "notifications_ui.notifications_page": READ,
     "notifications_ui.retry_notification": OPERATE,
+    # receiver health; re-enabling a receiver that a 410 Gone disabled
+    "notifications_api.list_receivers": READ,
+    "notifications_api.enable_receiver": OPERATE,
+    "notifications_ui.enable_receiver": OPERATE,
     # administration and the audit log (source addresses and failed logins are in it)
     "admin_api.list_audit": ADMIN,
     "admin_api.list_tokens": ADMIN,

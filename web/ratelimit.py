@@ -63,3 +63,49 @@ class RateLimiter:
         with self._lock:
             missing = 1.0 - self._bucket(key).tokens
         return max(1, int(missing / self.rate + 0.999))
+
+
+@dataclass
+class _Window:
+    start: float
+    written: int = 0
+    pending: int = 0  # suppressed since the last row written for this key
+
+
+class AuditThrottle:
+    """Bounds the audit rows of refused requests: `per_minute` per key (client address) and `total_per_minute`
+    over all keys; what is suppressed is counted, and the next row admitted for that key reports the count."""
+
+    TOTAL = "*"
+
+    def __init__(self, per_minute: int, *, total_per_minute: int | None = None, max_keys: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic):
+        self.per_minute = max(1, per_minute)
+        self.total_per_minute = total_per_minute or self.per_minute * 20
+        self.max_keys, self._clock = max_keys, clock
+        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _window(self, key: str, now: float) -> _Window:
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window(now)
+            while len(self._windows) > self.max_keys:
+                self._windows.popitem(last=False)
+        elif now - window.start >= 60.0:
+            window.start, window.written = now, 0
+        self._windows.move_to_end(key)
+        return window
+
+    def admit(self, key: str) -> tuple[bool, int]:
+        """(write a row?, how many refusals of this key were suppressed since its last row)."""
+        with self._lock:
+            now = self._clock()
+            window, total = self._window(key, now), self._window(self.TOTAL, now)
+            if window.written >= self.per_minute or total.written >= self.total_per_minute:
+                window.pending += 1
+                return False, 0
+            window.written += 1
+            total.written += 1
+            reported, window.pending = window.pending, 0
+            return True, reported

@@ -43,7 +43,8 @@ class ApiTokenRow(Base):
 
 
 class AuditRow(Base):
-    """One human or API action; rows are only ever inserted (retention never touches this table)."""
+    """One human or API action; rows are only ever inserted. Triggers (migration 0006) refuse updates and deletes
+    except the audited prune of gpuslo.engine.store.retention.prune_audit."""
 
     __tablename__ = "audit_log"
 
@@ -64,3 +65,35 @@ class AuditRow(Base):
         Index("ix_audit_log_action_at", "action", "at"),
         Index("ix_audit_log_target_type_target_id", "target_type", "target_id"),
     )
+
+
+class WebSessionRow(Base):
+    """A login session held server-side (migration 0006): the cookie carries only a random id, stored hashed.
+
+    Logout ends the row, a password change or disabling ends every row of the user: a copied cookie stops working.
+    """
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sid_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    end_reason: Mapped[str | None] = mapped_column(String(32))
+
+    __table_args__ = (Index("ix_web_sessions_user_name", "user_name"),)
+
+
+class AuditPruneGrantRow(Base):
+    """Leave for the audit retention prune to delete audit rows older than `before` (migration 0006's trigger).
+
+    Inserted and deleted inside the prune's own transaction, so no other transaction ever sees one.
+    """
+
+    __tablename__ = "audit_prune_grants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    before: Mapped[datetime]
+    granted_at: Mapped[datetime]

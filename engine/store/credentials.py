@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.access import ROLES, hash_token, new_token, permissions_of_scopes
 from gpuslo.engine.errors import ConfigError, InvalidTransition, NotFoundError
+from gpuslo.engine.store import web_sessions
 from gpuslo.engine.store.access_models import ApiTokenRow, UserRow
 from gpuslo.engine.store.rows import require_aware, store_operation
 
@@ -146,8 +147,11 @@ def list_users(session: Session) -> list[UserView]:
 
 @store_operation
 def update_user(session: Session, name: str, *, role: str | None = None, disabled_at: datetime | None = None,
-                enable: bool = False) -> tuple[UserView, UserView]:
-    """Change a user's role or disable/enable them; returns (before, after)."""
+                enable: bool = False, password_hash: str | None = None,
+                now: datetime | None = None) -> tuple[UserView, UserView]:
+    """Change a user's role or password, or disable/enable them; returns (before, after).
+
+    A new password or a disable ends every login session of the user at once (server-side)."""
     row = session.scalars(select(UserRow).where(UserRow.name == name).with_for_update()).first()
     if row is None:
         raise NotFoundError(f"no user named {name!r}")
@@ -160,5 +164,13 @@ def update_user(session: Session, name: str, *, role: str | None = None, disable
         row.disabled_at = disabled_at
     if enable:
         row.disabled_at = None
+    if password_hash is not None:
+        row.password_hash = password_hash
     session.flush()
+    ended_at = now or disabled_at
+    if password_hash is not None or disabled_at is not None:
+        if ended_at is None:
+            raise ValueError("update_user: `now` is needed to end the user's sessions")
+        web_sessions.end_all(session, row.name, now=ended_at,
+                             reason="password_changed" if password_hash is not None else "user_disabled")
     return before, _user_view(row)

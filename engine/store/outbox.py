@@ -8,17 +8,18 @@ or dead: so a resolve never overtakes its trigger.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import Integer, Select, String, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from gpuslo.engine.store.models import ViolationRow
-from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow
+from gpuslo.engine.store.models import UTCDateTime, ViolationRow
+from gpuslo.engine.store.outbox_models import DeliveryAttemptRow, NotificationRow, ReceiverStateRow
 from gpuslo.engine.store.rows import append_history, store_operation
 
 UNFINISHED = ("pending", "delivering", "dead")
@@ -120,17 +121,38 @@ def active_violation_fields(session: Session, host: str | None) -> list[dict[str
             for r in session.scalars(query.limit(1000))]
 
 
-@store_operation
-def claim(session: Session, now: datetime, *, lease_s: float, limit: int) -> list[NotificationView]:
-    """Take up to `limit` due rows (pending, or delivering with an expired lease) and lease them to the caller."""
+@functools.lru_cache(maxsize=32)
+def _claim_query(by_receiver: bool, not_in: tuple[str, ...] | None) -> Select[tuple[int]]:
+    """The claim's SELECT, built once per shape (the dispatcher runs it per receiver twice a second); `now`,
+    `receiver` and `limit` are bound at execution."""
     row, earlier = NotificationRow, aliased(NotificationRow)
+    now = bindparam("now", type_=UTCDateTime())
     blocked = exists().where(earlier.receiver == row.receiver, earlier.dedup_key == row.dedup_key,
                              earlier.id < row.id, earlier.status.in_(UNFINISHED))
     due = or_(and_(row.status == "pending", row.next_attempt_at <= now),
               and_(row.status == "delivering", row.lease_until < now))
-    ids = list(session.scalars(
-        select(row.id).where(due, ~blocked).order_by(row.next_attempt_at, row.id).limit(limit)
-        .with_for_update(skip_locked=True, of=row)))
+    # A receiver disabled by a 410 Gone gets nothing, whichever worker claims and however stale its view is.
+    disabled = select(ReceiverStateRow.receiver).where(ReceiverStateRow.disabled_at.is_not(None))
+    query = select(row.id).where(due, ~blocked, row.receiver.not_in(disabled))
+    if by_receiver:
+        query = query.where(row.receiver == bindparam("receiver", type_=String()))
+    if not_in is not None:
+        query = query.where(row.receiver.not_in(list(not_in)))
+    return (query.order_by(row.next_attempt_at, row.id).limit(bindparam("limit", type_=Integer()))
+            .with_for_update(skip_locked=True, of=row))
+
+
+@store_operation
+def claim(session: Session, now: datetime, *, lease_s: float, limit: int, receiver: str | None = None,
+          not_in: Sequence[str] | None = None) -> list[NotificationView]:
+    """Take up to `limit` due rows (pending, or delivering with an expired lease) and lease them to the caller;
+    only `receiver`'s rows when given (a receiver's delivery lane), or only rows of receivers not in `not_in`."""
+    row = NotificationRow
+    query = _claim_query(receiver is not None, tuple(sorted(not_in)) if not_in is not None else None)
+    params: dict[str, Any] = {"now": now, "limit": limit}
+    if receiver is not None:
+        params["receiver"] = receiver
+    ids = list(session.scalars(query, params))
     if not ids:
         return []
     lease_until = now + timedelta(seconds=lease_s)
@@ -173,6 +195,40 @@ def record_dead(session: Session, claimed: NotificationView, *, response_code: i
         "notification_id": claimed.id, "receiver": claimed.receiver, "notification_action": claimed.action,
         "attempts": claimed.attempts, "response_code": response_code,
         "error": error[:ERROR_LIMIT] if error else None})
+
+
+@store_operation
+def expire_stale(session: Session, now: datetime, *, created_before: datetime, limit: int = 100,
+                 error: str) -> list[NotificationView]:
+    """Make dead the waiting rows (pending, or delivering with a lapsed lease) created before the cutoff: past
+    the maximum age a page is noise. Each gets a dead attempt with `error`; returns them as they are now."""
+    row = NotificationRow
+    waiting = or_(row.status == "pending", and_(row.status == "delivering", row.lease_until < now))
+    ids = list(session.scalars(select(row.id).where(waiting, row.created_at < created_before)
+                               .order_by(row.id).limit(limit).with_for_update(skip_locked=True, of=row)))
+    if not ids:
+        return []
+    session.execute(update(row).where(row.id.in_(ids)).values(status="dead", lease_until=None))
+    for notification_id in ids:
+        session.add(DeliveryAttemptRow(notification_id=notification_id, at=now, status="dead", latency_ms=0,
+                                       response_code=None, error=error[:ERROR_LIMIT]))
+    session.flush()
+    rows = session.scalars(select(row).where(row.id.in_(ids)).order_by(row.id).execution_options(
+        populate_existing=True))
+    return [_view(r) for r in rows]
+
+
+@store_operation
+def forward_dead(session: Session, dead: NotificationView, secondary: str, now: datetime) -> int | None:
+    """A copy of a dead notification for the secondary (dead-letter) receiver, in the transaction that made it
+    dead, so it is forwarded exactly once per death; None for the secondary's own rows (no loop)."""
+    if dead.receiver == secondary:
+        return None
+    payload = dict(dead.payload)
+    payload["dead_letter"] = {"receiver": dead.receiver, "notification_id": dead.id, "attempts": dead.attempts}
+    payload["summary"] = f"[not delivered to {dead.receiver}] {payload.get('summary', '')}"
+    return enqueue(session, violation_id=dead.violation_id, receiver=secondary, action=dead.action,
+                   dedup_key=dead.dedup_key, payload=payload, now=now)
 
 
 @store_operation

@@ -63,3 +63,16 @@ class DeliveryAttemptRow(Base):
         CheckConstraint(ATTEMPT_STATUS_CHECK, name="status"),
         Index("ix_delivery_attempts_notification_id_at", "notification_id", "at"),
     )
+
+
+class ReceiverStateRow(Base):
+    """Health of one receiver as delivery saw it; `disabled_at` set (410 Gone) stops delivery until re-enabled."""
+
+    __tablename__ = "receiver_states"
+
+    receiver: Mapped[str] = mapped_column(String(200), primary_key=True)
+    disabled_at: Mapped[datetime | None]
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    last_success_at: Mapped[datetime | None]
+    last_failure_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)

@@ -12,7 +12,7 @@ from gpuslo.engine.store.db import Database
 
 def main() -> None:
     url, config_path, timeout_s, lease_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    policy = DeliveryPolicy(timeout_s=timeout_s, batch=1, lease_s=lease_s, base_delay_s=0.1, max_delay_s=0.5)
+    policy = DeliveryPolicy(timeout_s=timeout_s, per_receiver=1, lease_s=lease_s, base_delay_s=0.1, max_delay_s=0.5)
     worker = DeliveryWorker(Database(url), load_alerts_config(config_path), policy)
     print("ready", flush=True)
     while True:

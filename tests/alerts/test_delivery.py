@@ -27,7 +27,7 @@ SECRET = "whsec_" + base64.b64encode(b"delivery-test-signing-key").decode()
 PD_KEY = "pd-routing-key-0123456789abcdef"
 ENV = {"HOOK": SECRET, "PD": PD_KEY}
 URL = "https://gpuslo.example"
-POLICY = DeliveryPolicy(timeout_s=0.3, batch=5, lease_s=5.0, base_delay_s=1.0, max_delay_s=60.0, max_attempts=4)
+POLICY = DeliveryPolicy(timeout_s=0.3, per_receiver=5, lease_s=5.0, base_delay_s=1.0, max_delay_s=60.0, max_attempts=4)
 
 
 def config_for(hook_url: str, pd_url: str | None = None, rate_limit: str = ""):

@@ -25,7 +25,7 @@ from gpuslo.web import create_app
 LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1
 PD_KEY = "pd-routing-key-0123456789abcdef"
 URL = "https://gpuslo.example"
-POLICY = DeliveryPolicy(timeout_s=0.3, batch=5, lease_s=5.0, base_delay_s=1.0, max_delay_s=60.0, max_attempts=4)
+POLICY = DeliveryPolicy(timeout_s=0.3, per_receiver=5, lease_s=5.0, base_delay_s=1.0, max_delay_s=60.0, max_attempts=4)
 # The receiver echoes the routing key and a URL with a token: neither may reach the history.
 ECHO = '{"error": "routing key ' + PD_KEY + ' rejected, see https://status.example/incidents/7?token=t0k3n"}'
 REFUSED = Outcome("dead", 3, 400, "HTTP 400: no")

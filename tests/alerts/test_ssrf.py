@@ -18,7 +18,7 @@ from gpuslo.engine.store import outbox
 
 HINT = "(set allow_private_network: true on this receiver to allow it)"
 PUBLIC = "93.184.216.34"  # a global unicast address; nothing here ever connects to it
-POLICY = DeliveryPolicy(timeout_s=0.3, batch=5, lease_s=5.0, base_delay_s=1.0, max_delay_s=60.0, max_attempts=4)
+POLICY = DeliveryPolicy(timeout_s=0.3, per_receiver=5, lease_s=5.0, base_delay_s=1.0, max_delay_s=60.0, max_attempts=4)
 
 
 def answers(table: dict[str, Sequence[str]]) -> Callable[[str, int], list[str]]:

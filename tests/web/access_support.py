@@ -8,7 +8,7 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from gpuslo.engine.store import credentials
+from gpuslo.engine.store import credentials, web_sessions
 
 NOW = datetime(2025, 1, 2, tzinfo=UTC)
 # A fixed cheap hash: the matrix never logs in with a password (sessions are set directly).
@@ -39,12 +39,18 @@ CSRF = "test-csrf-token-0123456789"
 
 
 def act_as(client: FlaskClient, user: str | None) -> None:
-    """Give the client a session as `user` (None: no user), with a known CSRF token."""
+    """Give the client a session as `user` (None: no user), with a known CSRF token; the session is started
+    server-side as a login would."""
+    sid = None
+    if user is not None:
+        database = client.application.extensions["gpuslo"].database
+        with database.session() as db:
+            sid = web_sessions.start(db, user, now=datetime.now(UTC), lifetime_s=3600)
     with client.session_transaction() as session:
         session.clear()
         session["csrf"] = CSRF
         if user is not None:
-            session["user"] = user
+            session["user"], session["sid"] = user, sid
 
 
 def bearer(token: str) -> dict[str, str]:

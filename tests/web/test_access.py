@@ -58,16 +58,16 @@ def test_login_logout_and_rate_limit(core):
         assert failed.status_code == 401 and "Wrong user name or password" in failed.get_data(as_text=True)
     limited = client.post("/login", data={"username": "alice", "password": "correct horse", "csrf_token": token})
     assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
-    # The per-user bucket holds from another address too.
+    # The bucket is per user and address: the real alice, elsewhere, still logs in (no lockout by a guesser).
     other = app.test_client()
     other_token = re.search(r'name="csrf_token" value="([^"]+)"',
                             other.get("/login").get_data(as_text=True)).group(1)
     from_elsewhere = other.post("/login", data={"username": "alice", "password": "correct horse",
                                                 "csrf_token": other_token},
                                 environ_base={"REMOTE_ADDR": "10.9.9.9"})
-    assert from_elsewhere.status_code == 429
+    assert from_elsewhere.status_code == 303
     failures = _audit_rows(core, action="login.failed")
-    assert len(failures) == 7 and {f.source_ip for f in failures} == {"127.0.0.1", "10.9.9.9"}
+    assert len(failures) == 6 and {f.source_ip for f in failures} == {"127.0.0.1"}
     assert [f.detail for f in failures].count("wrong password") == 5 and failures[-1].detail == "rate limited"
 
 
@@ -96,7 +96,8 @@ def test_successful_login_sets_a_secure_session_and_the_actor(core, tmp_path: Pa
     assert detail["acknowledged_by"] == "bob"  # the login, never the name the form claims
     assert client.post("/logout", data={"csrf_token": fresh}).status_code == 303
     assert client.get(f"/violations/{vid}").status_code == 302
-    assert [a.action for a in _audit_rows(core, actor="bob")] == ["login", "acknowledge", "logout"]
+    # the CSRF refusal (403) is audited too
+    assert [a.action for a in _audit_rows(core, actor="bob")] == ["login", "access.denied", "acknowledge", "logout"]
 
 
 def test_csrf_on_api_sessions_and_cross_origin_posts(core):

@@ -26,7 +26,7 @@ from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.outbox import Attempt
 
 SLACK_SECRET_PATH = "/dead/services/T000/B000/XyZsecretToken123"
-POLICY = DeliveryPolicy(timeout_s=2.0, batch=5, lease_s=60.0)
+POLICY = DeliveryPolicy(timeout_s=2.0, per_receiver=5, lease_s=60.0)
 
 
 class Receiver:

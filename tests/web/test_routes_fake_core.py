@@ -133,7 +133,7 @@ def test_event_schema(fake_client):
 
 def test_security_headers_on_every_response(fake_client):
     for response in (fake_client.get("/api/v1/schema/event"), fake_client.get("/api/v1/nope")):
-        assert response.headers["Content-Security-Policy"] == "default-src 'self'"
+        assert response.headers["Content-Security-Policy"] == "default-src 'self'; frame-ancestors 'none'"
         assert response.headers["X-Content-Type-Options"] == "nosniff"
         assert response.headers["Referrer-Policy"] == "same-origin"
 

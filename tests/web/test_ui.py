@@ -25,7 +25,7 @@ def _page(client, url: str, status: int = 200) -> str:
     response = client.get(url)
     assert response.status_code == status, response.get_data(as_text=True)[:500]
     assert response.mimetype == "text/html"
-    assert response.headers["Content-Security-Policy"] == "default-src 'self'"
+    assert response.headers["Content-Security-Policy"] == "default-src 'self'; frame-ancestors 'none'"
     html = response.get_data(as_text=True)
     assert_no_inline_code(html)
     return html
