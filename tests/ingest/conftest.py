@@ -39,8 +39,9 @@ def start_server(database_url: str) -> Iterator[Callable[..., Live]]:
     running: list[tuple[object, threading.Thread, Gpuslo]] = []
 
     def start(**overrides: object) -> Live:
-        settings = Settings(database_url=database_url, rules_dir=RULES_DIR, ingest_requests_per_second=0,
-                            rules_poll_seconds=0, **overrides)  # type: ignore[arg-type]
+        values: dict[str, object] = {"database_url": database_url, "rules_dir": RULES_DIR,
+                                     "ingest_requests_per_second": 0, "rules_poll_seconds": 0, **overrides}
+        settings = Settings(**values)  # type: ignore[arg-type]
         core = Gpuslo.open(settings)
         http = make_server("127.0.0.1", 0, create_app(settings, core=core), threaded=True)
         thread = threading.Thread(target=http.serve_forever, daemon=True)
