@@ -317,7 +317,7 @@ def _require_valid(obj: object) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise EventError(problems or [FieldProblem("(event)", "an event must be a JSON object")])
     kind = obj.get("kind")
-    if kind in _ATTR_VALIDATORS and isinstance(obj.get("attrs", {}), dict):
+    if isinstance(kind, str) and kind in _ATTR_VALIDATORS and isinstance(obj.get("attrs", {}), dict):
         problems += _problems(_ATTR_VALIDATORS[kind], obj.get("attrs", {}), "attrs")
     if problems:
         raise EventError(problems)
