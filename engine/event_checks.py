@@ -134,3 +134,28 @@ def value_problems(obj: object) -> list[FieldProblem]:
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
     return sorted(found, key=lambda p: p.path)
+
+
+def _clean_scalar(value: object) -> bool:
+    kind = type(value)
+    if kind is str:
+        text: str = value  # type: ignore[assignment]
+        if "\x00" in text:
+            return False
+        return text.isascii() or _text_problem("", text) is None
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    return True
+
+
+def values_clean(obj: dict[str, object]) -> bool:
+    """Whether an event the schema accepted has no value `value_problems` refuses: the fast path's test. The
+    schema fixed its shape (scalars, and the labels and attrs objects of scalars whose keys it checked), so a
+    flat walk over values suffices."""
+    for value in obj.values():
+        if type(value) is dict:
+            if not all(_clean_scalar(item) for item in value.values()):  # type: ignore[attr-defined]
+                return False
+        elif not _clean_scalar(value):
+            return False
+    return True

@@ -23,6 +23,7 @@ from gpuslo.engine.event_checks import (
     int_range,
     time_problem,
     value_problems,
+    values_clean,
 )
 from gpuslo.engine.fastcheck import compile_check
 
@@ -327,7 +328,7 @@ def _require_valid(obj: object) -> dict[str, Any]:
 def parse_event(obj: object) -> Event:
     """Validate a decoded JSON object and build the Event; raises EventError naming every bad field."""
     if not (isinstance(obj, dict) and _ENVELOPE_OK(obj) and _ATTRS_OK[obj["kind"]](obj.get("attrs", {}))
-            and not value_problems(obj)):
+            and values_clean(obj)):
         obj = _require_valid(obj)
     kind = obj["kind"]
     moment, problem = time_problem(obj["time"])
