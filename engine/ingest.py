@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 
 from gpuslo.engine.errors import EventError, FieldProblem
-from gpuslo.engine.event_checks import REASONS, future_problem
+from gpuslo.engine.event_checks import REASONS, bounds_problem
 from gpuslo.engine.events import KINDS, Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, DUPLICATE, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics import Metrics
@@ -68,7 +68,7 @@ class Ingest:
         for index, item in enumerate(items):
             try:
                 event = parse_event(item)
-                late = future_problem(event.time, now, self._skew_s)
+                late = bounds_problem(event.time, now, self._skew_s)
                 if late is not None:
                     raise EventError([late])
                 valid.append((index, event))
