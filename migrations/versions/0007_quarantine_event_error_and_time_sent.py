@@ -1,8 +1,8 @@
 """event quarantine: events.error marks an event the engine could not evaluate or store; events.time_sent keeps
 the time as the client wrote it when the canonical UTC form drops something (an offset, nanoseconds)
 
-Revision ID: 0006_quarantine
-Revises: 0005
+Revision ID: 0007_quarantine
+Revises: 0006_slo_buckets
 Create Date: 2026-12-01 00:00:00
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006_quarantine"
-down_revision: str | None = "0005"
+revision: str = "0007_quarantine"
+down_revision: str | None = "0006_slo_buckets"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
