@@ -25,6 +25,7 @@ class Settings:
     max_body_bytes: int = 8 * 1024 * 1024
     max_events_per_request: int = 10_000
     engine_queue_size: int = 10_000
+    max_clock_skew_seconds: float = 60.0  # ingest refuses event times further ahead of the server's clock
     rules_poll_seconds: float = 2.0
     secret_key: str = field(default="", repr=False)
     page_size: int = 50

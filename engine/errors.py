@@ -36,6 +36,7 @@ class FieldProblem:
 
     path: str
     reason: str
+    code: str = "invalid"  # one of engine/event_checks.py REASONS: the metric label, never the raw value
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"

@@ -16,6 +16,15 @@ import jsonschema
 import orjson
 
 from gpuslo.engine.errors import EventError, FieldProblem
+from gpuslo.engine.event_checks import (
+    SCHEMA_REASONS,
+    TIME_MAX_LENGTH,
+    TIME_PATTERN,
+    int_range,
+    time_problem,
+    value_problems,
+    values_clean,
+)
 from gpuslo.engine.fastcheck import compile_check
 
 SCHEMA_ID = "https://gpuslo.dev/schema/event.json"
@@ -99,9 +108,11 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
     ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
-_NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
+_NON_NEGATIVE_SUFFIXES = ("_ms", "_us", "_s")  # of numbers; integer ranges are event_checks.int_range
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
 MESSAGE_MAX = 8192
+# A time the canonical form restates without loss (UTC, at most microseconds): not kept as sent.
+_PLAIN_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|\+00:00)")
 
 
 def _attr_schema(kind: str) -> dict[str, Any]:
@@ -110,7 +121,9 @@ def _attr_schema(kind: str) -> dict[str, Any]:
         prop: dict[str, Any] = {"type": _JSON_TYPES[typ]}
         if typ == "string":
             prop["maxLength"] = 1024
-        elif name.endswith(_NON_NEGATIVE_SUFFIXES) or name in {"tokens", "stalls", "seq", "dropped"}:
+        elif typ == "int":
+            prop["minimum"], prop["maximum"] = int_range(name)
+        elif name.endswith(_NON_NEGATIVE_SUFFIXES):
             prop["minimum"] = 0
         if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active",
                     "attribution.sm_occupancy", "attribution.dram_bw", "attribution.other_sm_share"):
@@ -131,15 +144,15 @@ def _envelope_schema() -> dict[str, Any]:
             "id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"^[A-Za-z0-9._:@/-]+$",
                    "description": "Client-made unique id; the idempotency key."},
             "kind": {"enum": list(KINDS)},
-            "time": {"type": "string", "format": "date-time",
-                     "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]00:00)$",
-                     "description": "RFC 3339 in UTC, up to microseconds."},
+            "time": {"type": "string", "format": "date-time", "maxLength": TIME_MAX_LENGTH, "pattern": TIME_PATTERN,
+                     "description": "RFC 3339 (any fraction, Z or a numeric offset), from 2000 on; stored as UTC "
+                                    "microseconds."},
             "host": {"type": "string", "minLength": 1, "maxLength": 253},
-            "gpu": {"type": ["integer", "null"], "minimum": 0, "maximum": 1023},
+            "gpu": {"type": ["integer", "null"], "minimum": 0, "maximum": int_range("gpu")[1]},
             "gpu_uuid": {"type": ["string", "null"], "maxLength": 64},
-            "pid": {"type": ["integer", "null"], "minimum": 0},
+            "pid": {"type": ["integer", "null"], "minimum": 0, "maximum": int_range("pid")[1]},
             "job": {"type": ["string", "null"], "maxLength": 200},
-            "rank": {"type": ["integer", "null"], "minimum": 0},
+            "rank": {"type": ["integer", "null"], "minimum": 0, "maximum": int_range("rank")[1]},
             "labels": {"type": "object", "maxProperties": 32,
                        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$"},
                        "additionalProperties": {"type": "string", "maxLength": 256}},
@@ -189,15 +202,11 @@ def _problems(validator: jsonschema.Draft202012Validator, obj: object, prefix: s
             parts.append(extra[0] if extra else "")
             reason = "unknown field (allowed: " + ", ".join(sorted(error.schema.get("properties", {}))) + ")"
         else:
-            reason = f"{error.message} (rule: {error.validator})"
+            message = error.message if len(error.message) <= 300 else error.message[:300] + "..."
+            reason = f"{message} (rule: {error.validator})"
         path = ".".join(p for p in [prefix, *parts] if p)
-        found.append(FieldProblem(path or "(event)", reason))
+        found.append(FieldProblem(path or "(event)", reason, SCHEMA_REASONS.get(str(error.validator), "invalid")))
     return found
-
-
-def _parse_time(text: str) -> datetime:
-    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return parsed.astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,9 @@ class Event:
     message: str | None = None
     trace_id: str | None = None
     span_id: str | None = None
+    # The time as the client wrote it, when that differs from the canonical form (an offset, nanoseconds):
+    # stored beside the body, never part of it or of its hash.
+    time_sent: str | None = field(default=None, compare=False)
 
     def get(self, name: str) -> Any:
         """A field by its rule-language name: envelope field, `labels.<key>`, or attribute."""
@@ -303,18 +315,21 @@ def _prints_alike(value: object) -> bool:
 def format_time(moment: datetime) -> str:
     """RFC 3339 UTC with microseconds, as events carry it (part of the hashed canonical form)."""
     utc = moment.astimezone(UTC)
-    if utc.year < 1000:  # strftime's %Y does not pad these to four digits; stored hashes keep its form
-        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return utc.isoformat(timespec="microseconds")[:-6] + "Z"  # isoformat is ~5x faster than strftime
+    # isoformat is ~5x faster than strftime, whose %Y does not even pad years below 1000 (glibc). Ingest refuses
+    # such years; a row stored before it did still reads back (store/event_read.py) and prints as RFC 3339.
+    return utc.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def _require_valid(obj: object) -> dict[str, Any]:
     """The object when jsonschema accepts it, else EventError naming every field it refuses."""
+    bad_values = value_problems(obj)
+    if bad_values:  # reported alone: paths and messages from the schema could carry the bad text
+        raise EventError(bad_values)
     problems = _problems(_ENVELOPE_VALIDATOR, obj, "")
     if not isinstance(obj, dict):
         raise EventError(problems or [FieldProblem("(event)", "an event must be a JSON object")])
     kind = obj.get("kind")
-    if kind in _ATTR_VALIDATORS and isinstance(obj.get("attrs", {}), dict):
+    if isinstance(kind, str) and kind in _ATTR_VALIDATORS and isinstance(obj.get("attrs", {}), dict):
         problems += _problems(_ATTR_VALIDATORS[kind], obj.get("attrs", {}), "attrs")
     if problems:
         raise EventError(problems)
@@ -323,19 +338,21 @@ def _require_valid(obj: object) -> dict[str, Any]:
 
 def parse_event(obj: object) -> Event:
     """Validate a decoded JSON object and build the Event; raises EventError naming every bad field."""
-    if not (isinstance(obj, dict) and _ENVELOPE_OK(obj) and _ATTRS_OK[obj["kind"]](obj.get("attrs", {}))):
+    if not (isinstance(obj, dict) and _ENVELOPE_OK(obj) and _ATTRS_OK[obj["kind"]](obj.get("attrs", {}))
+            and values_clean(obj)):
         obj = _require_valid(obj)
     kind = obj["kind"]
-    try:
-        moment = _parse_time(obj["time"])
-    except ValueError as exc:
-        raise EventError([FieldProblem("time", f"not a valid RFC 3339 time: {exc}")]) from exc
+    moment, problem = time_problem(obj["time"])
+    if moment is None:
+        raise EventError([problem] if problem else [])
+    sent = obj["time"]
     return Event(
         id=obj["id"], kind=kind, time=moment, host=obj["host"], gpu=obj.get("gpu"),
         gpu_uuid=obj.get("gpu_uuid"), pid=obj.get("pid"), job=obj.get("job"), rank=obj.get("rank"),
         labels=MappingProxyType(dict(obj.get("labels") or {})), source=obj.get("source"),
         attrs=MappingProxyType(dict(obj.get("attrs") or {})), message=obj.get("message"),
         trace_id=obj.get("trace_id"), span_id=obj.get("span_id"),
+        time_sent=None if _PLAIN_UTC.fullmatch(sent) else sent,
     )
 
 

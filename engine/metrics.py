@@ -34,8 +34,23 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.events_accepted = Counter(
             "gpuslo_events_accepted", "Events accepted by ingest, by kind.", ["kind"], registry=self.registry)
+        # Ingest accounting: every event of a request that got through is counted once, in one of these three.
         self.events_rejected = Counter(
-            "gpuslo_events_rejected", "Events refused by ingest, by kind and reason.", ["kind", "reason"],
+            "gpuslo_events_rejected", "Events refused by ingest, by kind and reason (both from fixed sets: "
+            "engine/event_checks.py REASONS).", ["kind", "reason"], registry=self.registry)
+        self.events_duplicate = Counter(
+            "gpuslo_events_duplicate", "Events sent again with the same id and body (nothing changed), by kind.",
+            ["kind"], registry=self.registry)
+        self.ingest_requests_refused = Counter(
+            "gpuslo_ingest_requests_refused", "Ingest requests refused whole (bad JSON, 413, 415, 429, ...), by "
+            "HTTP status.", ["status"], registry=self.registry)
+        self.events_quarantined = Counter(
+            "gpuslo_events_quarantined", "Events the engine set aside with their error, by stage (read: the "
+            "stored body fails today's checks, evaluate, store).", ["stage"], registry=self.registry)
+        for stage in ("read", "evaluate", "store"):  # served as 0 from the start, so alerts see the first one
+            self.events_quarantined.labels(stage)
+        self.engine_restarts = Counter(
+            "gpuslo_engine_restarts", "Times the supervisor restarted the engine loop after it failed.",
             registry=self.registry)
         self.violations = Counter(
             "gpuslo_rule_matches", "Rule matches recorded as violations, by rule.", ["rule"], registry=self.registry)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,14 +31,7 @@ from gpuslo.engine.windows import Windows
 log = logging.getLogger(__name__)
 _SID = "0"
 _FACT_ENVELOPE = frozenset({"id", "sid", "kind", "ts"})  # keys every fact has before its fields are copied
-_BATCH = 500
-_RECENT = 100_000
-# Adaptive batching: a batch that took longer than _LINGER_AFTER_S to evaluate and store means the engine
-# is loaded; it then waits _LINGER_S before taking the next batch so that several POSTs share one transaction
-# and one statement set. Light load (short batches) never waits. bench/RESULTS.md, (d).
 _IDLE_GRACE_S = 1.0  # how long the stream must be quiet before the live clock runs on by itself
-_LINGER_AFTER_S = 0.004
-_LINGER_S = 0.008
 _FACT_SERIAL = itertools.count()  # fact ids unique in the process: every ruleset shares one C core
 
 
@@ -53,6 +44,7 @@ class EngineResult:
     matches: tuple[Match, ...]
     clears: tuple[Clear, ...] = ()
     sli: SliBatch | None = None  # the SLI buckets the batch counted (engine/slo), stored in its transaction
+    quarantined: tuple[tuple[Event, str], ...] = ()  # events whose evaluation raised, with the error
 
 
 @dataclass(frozen=True)
@@ -90,7 +82,13 @@ def window_scope(rulebook: Rulebook, rule: Rule) -> str:
 class RuleEvaluator:
     """Evaluates events against compiled rulebooks on the caller's thread (the engine thread, or a backtest)."""
 
-    def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None, measure_slos: bool = True):
+    def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None, measure_slos: bool = True,
+                 max_ahead_s: float | None = None, isolate_events: bool = False,
+                 wall_clock: Callable[[], float] = time.time):
+        """`max_ahead_s`: the stream clock never runs ahead of `wall_clock()` by more (the live engine; None for
+        backtests and rule tests, whose times are their own). `isolate_events`: an event whose evaluation raises
+        is quarantined in the result instead of failing the batch."""
+        self._max_ahead_s, self._isolate, self._wall_clock = max_ahead_s, isolate_events, wall_clock
         self._active: tuple[_Unit, ...] = ()
         self._clears: list[Clear] = []  # of the batch being evaluated
         self._windows = Windows(lateness_s)
@@ -177,14 +175,19 @@ class RuleEvaluator:
     def evaluate_batch(self, events: Sequence[Event]) -> EngineResult:
         """Run the events through every rulebook in order; the matches and clears they produce."""
         matches: list[Match] = []
+        quarantined: list[tuple[Event, str]] = []
         with self._lock:
             self._clears = []
             started, watermark = time.perf_counter(), self._watermark
             for event in events:
-                timestamp = event.timestamp  # a datetime conversion: done once per event, not per use
-                if timestamp > self._watermark and self._windows.absence_due(timestamp):
-                    matches += self._absences(timestamp)  # silences that ended before this event are due first
-                matches += self._evaluate_one(event, timestamp)
+                if not self._isolate:
+                    matches += self._evaluate_with_absences(event)
+                    continue
+                try:
+                    matches += self._evaluate_with_absences(event)
+                except Exception as exc:  # noqa: BLE001  # a poison event is set aside; the batch goes on
+                    log.exception("evaluating event %r failed; it is quarantined", event.id)
+                    quarantined.append((event, f"evaluating it failed: {type(exc).__name__}: {exc}"[:2000]))
             matches += self._absences(self._watermark)
             matches += self.slo.catch_up(self._watermark, self._clears)
             self._expire()
@@ -193,7 +196,21 @@ class RuleEvaluator:
                 self._advanced_at = time.monotonic()
             if events:
                 self._metrics.engine_batch_seconds.observe(time.perf_counter() - started)
-        return EngineResult(tuple(events), tuple(matches), tuple(clears), self.slo.drain())
+        return EngineResult(tuple(events), tuple(matches), tuple(clears), sli=self.slo.drain(),
+                            quarantined=tuple(quarantined))
+
+    def _evaluate_with_absences(self, event: Event) -> list[Match]:
+        timestamp = self._clamped(event.timestamp)  # a datetime conversion: done once per event, not per use
+        matches = []
+        if timestamp > self._watermark and self._windows.absence_due(timestamp):
+            matches += self._absences(timestamp)  # silences that ended before this event are due first
+        return matches + self._evaluate_one(event, timestamp)
+
+    def _clamped(self, timestamp: float) -> float:
+        """The event time as the stream clock may see it: never beyond the wall clock + max_ahead_s."""
+        if self._max_ahead_s is None:
+            return timestamp
+        return min(timestamp, self._wall_clock() + self._max_ahead_s)
 
     def tick(self, now: float) -> list[Match]:
         """Absence checks at event time `now` (between batches; batches check at their own event times)."""
@@ -211,7 +228,7 @@ class RuleEvaluator:
         with self._lock:
             if not self._watermark:
                 return None
-            return self._watermark + max(0.0, monotonic_now - self._advanced_at - _IDLE_GRACE_S)
+            return self._clamped(self._watermark + max(0.0, monotonic_now - self._advanced_at - _IDLE_GRACE_S))
 
     def _absences(self, now: float) -> list[Match]:
         return [build_absence_match(self._scopes[scope], rule, last, silence, now, self._renderer)
@@ -261,155 +278,4 @@ class RuleEvaluator:
         return self._windows.held()
 
 
-class Runtime:
-    """Owns the engine thread; events arrive through a bounded queue and results go to `sink`."""
-
-    def __init__(self, *, sink: Callable[[EngineResult], None], queue_size: int, metrics: Metrics,
-                 refill: Callable[[], Sequence[Event]] | None = None, lateness_s: float = 60.0):
-        self.evaluator = RuleEvaluator(lateness_s=lateness_s, metrics=metrics)
-        self._sink = sink
-        self._refill = refill
-        self._metrics = metrics
-        self._queue: queue.Queue[Event] = queue.Queue(maxsize=queue_size)
-        self._queued: set[str] = set()
-        self._recent: OrderedDict[str, None] = OrderedDict()
-        self._backlog = refill is not None
-        self._lock = threading.RLock()
-        self._busy = threading.Event()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpuslo-engine", daemon=True)
-
-    def load(self, rulebooks: Sequence[Rulebook], slo_seed: SloSeed | None = None) -> None:
-        self.evaluator.load(rulebooks, slo_seed)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, events: Sequence[Event]) -> int:
-        """Queue events; those that do not fit stay in the database and are read back later. Returns queued."""
-        queued = 0
-        with self._lock:
-            for event in events:
-                if event.id in self._queued or event.id in self._recent:
-                    continue
-                try:
-                    self._queue.put_nowait(event)
-                except queue.Full:
-                    self._backlog = self._refill is not None
-                    break
-                self._queued.add(event.id)
-                queued += 1
-            self._metrics.engine_queue_depth.set(self._queue.qsize())
-        self._wake.set()
-        return queued
-
-    @property
-    def running(self) -> bool:
-        """Whether the engine thread is alive (started and neither stopped nor crashed)."""
-        return self._thread.is_alive()
-
-    def queue_depth(self) -> int:
-        return self._queue.qsize()
-
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """True once the queue is empty, no backlog is left and no batch is being evaluated."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                idle = self._queue.empty() and not self._backlog and not self._busy.is_set()
-            if idle:
-                return True
-            time.sleep(0.005)
-        return False
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _take_batch(self) -> list[Event]:
-        batch: list[Event] = []
-        with self._lock:
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if batch:
-                self._busy.set()
-            elif self._backlog and self._refill is not None:
-                self._backlog = False
-                self._busy.set()
-                backlog = self._refill()
-                self._busy.clear()
-                self.submit(backlog)
-                if len(backlog) >= _BATCH:
-                    self._backlog = True
-        return batch
-
-    def _run(self) -> None:
-        busy_s = 0.0  # how long the last batch took to evaluate and store
-        while not self._stop.is_set():
-            if busy_s > _LINGER_AFTER_S and self._queue.qsize() < _BATCH:
-                self._stop.wait(_LINGER_S)  # under load, let a few more POSTs arrive to share the batch's costs
-            batch = self._take_batch()
-            if not batch:
-                self._check_absences()
-                self._wake.wait(0.5)
-                self._wake.clear()
-                continue
-            started = time.perf_counter()
-            try:
-                fresh = [e for e in batch if e.id not in self._recent]
-                result = self.evaluator.evaluate_batch(fresh)
-                self._remember(e.id for e in fresh)  # evaluated once: windows already hold these events
-                self._deliver(result)
-            except Exception:
-                # Evaluation itself failed: the events stay unprocessed in the database for a later refill.
-                log.exception("engine batch failed; its events will be retried from the database")
-                self._metrics.engine_errors.labels("batch").inc()
-                with self._lock:
-                    self._backlog = self._refill is not None
-                self._stop.wait(1.0)
-            finally:
-                with self._lock:
-                    self._queued.difference_update(e.id for e in batch)
-                    self._metrics.engine_queue_depth.set(self._queue.qsize())
-                    self._busy.clear()
-                busy_s = time.perf_counter() - started
-
-    def _deliver(self, result: EngineResult) -> None:
-        """Hand a result to the sink until it is stored: re-evaluating the events instead would feed the
-        windows twice (counts and correlations would fire again), so only the storing is retried."""
-        delay = 0.5
-        while True:
-            try:
-                self._sink(result)
-                return
-            except Exception:
-                log.exception("storing an engine result failed; retrying in %.1fs", delay)
-                self._metrics.engine_errors.labels("store").inc()
-                if self._stop.wait(delay):
-                    return  # shutting down: the events stay unprocessed and are evaluated after a restart
-                delay = min(delay * 2, 30.0)
-
-    def _check_absences(self) -> None:
-        try:
-            now = self.evaluator.stream_time(time.monotonic())
-            matches = self.evaluator.tick(now) if now is not None else []
-            if matches:
-                self._sink(EngineResult((), tuple(matches)))
-        except Exception:
-            log.exception("absence check failed")
-            self._metrics.engine_errors.labels("absence").inc()
-
-    def _remember(self, ids: Any) -> None:
-        for event_id in ids:
-            self._recent[event_id] = None
-        while len(self._recent) > _RECENT:
-            self._recent.popitem(last=False)
-
-
-__all__ = ["EngineResult", "Runtime", "RuleEvaluator", "fact_key"]
+__all__ = ["EngineResult", "RuleEvaluator", "fact_key"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gpuslo.engine import housekeeping
@@ -19,22 +19,17 @@ from gpuslo.engine.alerts import AlertsConfig, DeliveryPolicy, DeliveryWorker, e
 from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, AlertmanagerResender
 from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
 from gpuslo.engine.config import Settings
-from gpuslo.engine.errors import (
-    EngineError,
-    EventError,
-    FieldProblem,
-    GpusloError,
-    Location,
-    NotFoundError,
-    RulebookProblem,
-)
-from gpuslo.engine.events import Event, parse_event
-from gpuslo.engine.ingest_types import ACCEPTED, REJECTED, IngestReport, IngestResult
+from gpuslo.engine.engine_health import EngineHealth
+from gpuslo.engine.engine_thread import Runtime
+from gpuslo.engine.errors import EngineError, FieldProblem, GpusloError, Location, NotFoundError, RulebookProblem
+from gpuslo.engine.events import Event
+from gpuslo.engine.ingest import Ingest
+from gpuslo.engine.ingest_types import IngestReport
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.metrics_state import StateCollector, StateSnapshot
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import SEVERITIES, Rulebook
-from gpuslo.engine.runtime import EngineResult, Runtime
+from gpuslo.engine.runtime import EngineResult
 from gpuslo.engine.slo import report as slo_report
 from gpuslo.engine.slo import store as slo_store
 from gpuslo.engine.slo.metrics import SloCollector
@@ -98,11 +93,6 @@ def delivery_policy(settings: Settings) -> DeliveryPolicy:
                           dead_letter=settings.dead_letter_receiver or None)
 
 
-def _reason(problem: FieldProblem) -> str:
-    """A low-cardinality label for the rejected-events metric."""
-    return problem.reason.split(" (")[0].split(":")[0][:40] if problem.path == "(event)" else problem.path
-
-
 class Gpuslo:
     """One service instance: ingest → store → engine → violations."""
 
@@ -111,7 +101,9 @@ class Gpuslo:
         self.database = database
         self.metrics = metrics
         self.runtime = Runtime(sink=self._record, queue_size=settings.engine_queue_size, metrics=metrics,
-                               refill=self._unprocessed)
+                               refill=self._unprocessed, max_ahead_s=settings.max_clock_skew_seconds,
+                               quarantine=self._quarantine)
+        self._ingest = Ingest(database, metrics, self.runtime.submit, settings.max_clock_skew_seconds)
         self._status = RulebookStatus((), (), _now())
         self._reload_lock = threading.Lock()
         # Read at every scrape; registered after _status exists (the registry collects once on registration).
@@ -235,36 +227,20 @@ class Gpuslo:
     # ---- ingest ----
 
     def ingest(self, items: Sequence[object]) -> IngestReport:
-        """Validate each item on its own, store the valid ones in one transaction, queue the new ones."""
-        results: list[IngestResult | None] = [None] * len(items)
-        valid: list[tuple[int, Event]] = []
-        for index, item in enumerate(items):
-            try:
-                valid.append((index, parse_event(item)))
-            except EventError as exc:
-                item_id = item.get("id") if isinstance(item, dict) else None
-                results[index] = IngestResult(index, item_id if isinstance(item_id, str) else None, REJECTED,
-                                              exc.problems)
-                kind = item.get("kind") if isinstance(item, dict) else None
-                self.metrics.events_rejected.labels(str(kind)[:32], _reason(exc.problems[0])).inc()
-        if valid:
-            with self.database.session() as session:
-                statuses = repository.store_events(session, [event for _, event in valid])
-            fresh = []
-            counted: Counter[tuple[str, str]] = Counter()  # one metric update per kind and status, not per event
-            for (index, event), status in zip(valid, statuses, strict=True):
-                results[index] = IngestResult(index, event.id, status)
-                counted[event.kind, status] += 1
-                if status == ACCEPTED:
-                    fresh.append(event)
-            for (kind, status), count in counted.items():
-                if status == ACCEPTED:
-                    self.metrics.events_accepted.labels(kind).inc(count)
-                else:
-                    self.metrics.events_rejected.labels(kind, status).inc(count)
-            self.metrics.signals.observe(fresh)
-            self.runtime.submit(fresh)
-        return IngestReport(tuple(r for r in results if r is not None))
+        """Validate each item on its own, store the valid ones (each on its own if the batch fails), queue the
+        new ones (engine/ingest.py)."""
+        return self._ingest(items)
+
+    def ingest_refused(self, status: int) -> None:
+        """Count a request refused whole (bad JSON, 413, 415, 429, ...): its events were never looked at."""
+        self.metrics.ingest_requests_refused.labels(str(status)).inc()
+
+    def ingest_rejected(self, problem: FieldProblem) -> None:
+        """Count an item refused before it reached `ingest` (an NDJSON line that is not JSON)."""
+        self._ingest.rejected("unknown", problem)
+
+    def engine_health(self) -> EngineHealth:
+        return self.runtime.health()
 
     def _state_snapshot(self) -> StateSnapshot:
         """What /metrics reads at scrape time (metrics_state)."""
@@ -279,8 +255,25 @@ class Gpuslo:
     # ---- engine callbacks (engine thread) ----
 
     def _unprocessed(self) -> list[Event]:
+        """Stored events to evaluate; one whose body fails today's checks (stored before ingest checked it) is
+        quarantined with the reason instead, so it can never stop the engine again."""
         with self.database.session(readonly=True) as session:
-            return repository.unprocessed_events(session, _REFILL)
+            read = repository.unprocessed_events(session, _REFILL)
+        unreadable = [(r.event, r.error) for r in read if r.error is not None]
+        if unreadable:
+            log.warning("%d stored events fail today's checks; quarantined: %s", len(unreadable),
+                        "; ".join(f"{e.id}: {error}" for e, error in unreadable[:3]))
+            self._quarantine(unreadable)
+            self.metrics.events_quarantined.labels("read").inc(len(unreadable))
+        return [r.event for r in read if r.error is None]
+
+    def _quarantine(self, errors: Sequence[tuple[Event, str]]) -> None:
+        """Mark poison events with their error (processed, never evaluated again); with none, only check that
+        the database answers (the engine asks before it splits a result that cannot be stored)."""
+        with self.database.session() as session:
+            if not errors:
+                session.execute(text("SELECT 1"))
+            repository.quarantine_events(session, [(event.id, error) for event, error in errors], _now())
 
     def _record(self, result: EngineResult) -> None:
         now = _now()
@@ -296,6 +289,10 @@ class Gpuslo:
                 self._notify(session, view, now)
             slo_store.record_sli(session, result.sli, self._burn_rules())  # after the matches: they may be causes
             repository.mark_processed(session, [e.id for e in result.events], now)
+            if result.quarantined:
+                repository.quarantine_events(session, [(e.id, error) for e, error in result.quarantined], now)
+        if result.quarantined:
+            self.metrics.events_quarantined.labels("evaluate").inc(len(result.quarantined))
         for match in result.matches:
             self.metrics.violations.labels(match.rule_id).inc()
         if result.sli is not None:

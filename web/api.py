@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 
 from gpuslo.engine.events import event_json_schema
 from gpuslo.engine.ingest_types import IngestReport
@@ -47,9 +47,22 @@ def post_events() -> tuple[Response, int]:
     items = ingest_body.decodable(body)
     # Bad NDJSON lines never reach the core; when every line is bad there is nothing to hand over.
     report = current_core().ingest(items) if items else IngestReport(())
+    g.ingest_counted = True  # every item is now counted once: accepted, duplicate or rejected
+    for problem in ingest_body.refused_early(body):
+        current_core().ingest_rejected(problem)
     results = ingest_body.merge_results(body, report)
     answer = Response(ingest_body.response_json(results), mimetype="application/json")
     return answer, ingest_body.response_status(results, body.single)
+
+
+@api.after_request
+def count_refused_ingest(response: Response) -> Response:
+    """Count an ingest request refused whole (its events never counted one by one), by status: bad JSON,
+    401/403, 413, 415, 429, a database that does not answer (503)."""
+    if (request.endpoint == "api.post_events" and response.status_code >= 400
+            and not g.get("ingest_counted", False)):
+        current_core().ingest_refused(response.status_code)
+    return response
 
 
 @api.get("/schema/event")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +22,70 @@ NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson"})
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 _LONG_DIGIT_RUN = b"0" * 19
 _UNDECODED = object()
+# Every key of a JSON text ends with a quote followed by a colon; strings may hold that too, so more of these
+# than keys decoded means "maybe a key repeats" (then the stdlib path looks), and as many means none does.
+_KEY_ENDS = re.compile(r'"[ \t\r\n]*:')
+_KEY_ENDS_BYTES = re.compile(rb'"[ \t\r\n]*:')
+# json.loads refuses integers longer than Python's int_max_str_digits (4300) with a ValueError.
+_LONG_NUMBER = re.compile(rf"-?\d{{{(sys.get_int_max_str_digits() or 4300) + 1},}}")
 
 
 @dataclass(frozen=True)
 class BadLine:
-    """An NDJSON line that is not JSON; it becomes a rejected item, the other lines still count."""
+    """An item refused before validation (an NDJSON line that is not JSON, an object that repeats a key); it
+    becomes a rejected item, the other items still count. `line`: the NDJSON line, None in a JSON body."""
 
-    line: int
+    line: int | None
     problem: FieldProblem
+
+
+class _Repeated(dict[str, Any]):
+    """A decoded object that had a key more than once (object_pairs_hook): the first repeated key."""
+
+    repeated: str = ""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    marked = _Repeated(obj)
+    marked.repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    return marked
+
+
+def _count_keys(value: Any) -> int:
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def _repeated_key(value: Any) -> FieldProblem | None:
+    """The first object inside `value` that repeats a key, as a problem naming its path."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, _Repeated):
+            where = f"{path}.{item.repeated}" if path else item.repeated
+            return FieldProblem(_printable(where), f"duplicate key {_printable(item.repeated)!r}: a JSON object "
+                                "must not repeat a key (which value would count is undefined)", "duplicate_key")
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{key}" if path else key, sub) for key, sub in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", sub) for i, sub in enumerate(item))
+    return None
+
+
+def _printable(text: str) -> str:
+    """`text` safe to write as JSON (lone surrogates and NULs escaped)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\u0000")
 
 
 @dataclass(frozen=True)
@@ -54,8 +112,8 @@ def _position(text: str, pos: int) -> tuple[int, int]:
 
 
 def _loads(text: str) -> Any:
-    """json.loads that refuses NaN and Infinity, which are not JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """json.loads that refuses NaN and Infinity, which are not JSON, and marks objects that repeat a key."""
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_pairs)
 
 
 def _exact_with_orjson(raw: bytes) -> bool:
@@ -80,7 +138,14 @@ def _json_problem(text: str, exc: Exception) -> tuple[str, int | None, int | Non
         found = text.find(exc.name)
         line, col = _position(text, found) if found >= 0 else (None, None)
         return f"{exc.name} is not valid JSON", line, col
-    return "nesting is too deep", None, None
+    if isinstance(exc, RecursionError):
+        return "nesting is too deep", None, None
+    long_number = _LONG_NUMBER.search(text)
+    if long_number is not None:
+        line, col = _position(text, long_number.start())
+        digits = len(long_number.group().lstrip("-"))
+        return f"a number of {digits} digits is too long to be a value of any event field", line, col
+    return str(exc)[:200], None, None
 
 
 def _decode_text(raw: bytes) -> str:
@@ -116,15 +181,24 @@ def _stdlib_json(raw: bytes) -> Any:
                            [{"line": line, "column": col, "reason": message}]) from exc
 
 
+def _marked(value: Any) -> Any:
+    """The item, or a BadLine when an object inside it repeats a key."""
+    problem = _repeated_key(value)
+    return value if problem is None else BadLine(None, problem)
+
+
 def parse_json_body(raw: bytes) -> Body:
-    """One event object or an array of items; 400 with line and column when the JSON is malformed."""
+    """One event object or an array of items; 400 with line and column when the JSON is malformed. An item
+    with a repeated key is refused on its own (orjson keeps the last value silently: counting keys tells)."""
     value = _fast_loads(raw) if _exact_with_orjson(raw) else _UNDECODED
+    if value is not _UNDECODED and len(_KEY_ENDS_BYTES.findall(raw)) != _count_keys(value):
+        value = _UNDECODED
     if value is _UNDECODED:
         value = _stdlib_json(raw)
     if isinstance(value, dict):
-        return Body((value,), single=True)
+        return Body((_marked(value),), single=True)
     if isinstance(value, list):
-        return Body(tuple(value))
+        return Body(tuple(_marked(item) for item in value))
     raise RequestError(400, "bad_body", "body must be one event object or an array of events, "
                        f"not a JSON {type(value).__name__}")
 
@@ -138,16 +212,20 @@ def parse_ndjson_body(raw: bytes) -> Body:
         if not line.strip():
             continue
         value = _fast_loads(line) if exact else _UNDECODED
-        if value is not _UNDECODED:
+        if value is not _UNDECODED and len(_KEY_ENDS.findall(line)) == _count_keys(value):
             items.append(value)
             continue
         try:
-            items.append(_loads(line))
+            value = _loads(line)
+            problem = _repeated_key(value)
+            items.append(value if problem is None else BadLine(number, FieldProblem(
+                problem.path, f"line {number}: {problem.reason}", problem.code)))
         except (ValueError, RecursionError) as exc:
             message, _, col = _json_problem(line, exc)
             where = f", column {col}" if col is not None else ""
             items.append(BadLine(number, FieldProblem(f"(line {number})",
-                                                      f"malformed JSON at line {number}{where}: {message}")))
+                                                      f"malformed JSON at line {number}{where}: {message}",
+                                                      "malformed_json")))
     return Body(tuple(items))
 
 
@@ -182,6 +260,11 @@ def decodable(body: Body) -> list[Any]:
     return [item for item in body.items if not isinstance(item, BadLine)]
 
 
+def refused_early(body: Body) -> list[FieldProblem]:
+    """The problems of the items refused before the core saw them (for the rejected-events metric)."""
+    return [item.problem for item in body.items if isinstance(item, BadLine)]
+
+
 def response_status(results: Sequence[IngestResult], single: bool) -> int:
     """202/200/409/422 for a single object; 200 if any item went in, else 409 or 422 for a batch."""
     statuses = [r.status for r in results]
@@ -208,5 +291,10 @@ def response_body(results: Sequence[IngestResult]) -> dict[str, Any]:
 
 
 def response_json(results: Sequence[IngestResult]) -> bytes:
-    """`response_body` as JSON text (keys sorted, like Flask's jsonify), by orjson: the answer lists every item."""
-    return orjson.dumps(response_body(results), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+    """`response_body` as JSON text (keys sorted, like Flask's jsonify), by orjson: the answer lists every item.
+    A problem naming a key that is not valid Unicode takes json.dumps, which escapes it."""
+    body = response_body(results)
+    try:
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # orjson.JSONEncodeError
+        return (json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n").encode()

@@ -34,20 +34,23 @@ def _database_ok() -> bool:
 
 @ops.get("/healthz")
 def healthz() -> tuple[Response, int]:
-    """200 when the database answers, 503 when it does not; always JSON."""
+    """200 when the database answers and the engine is evaluating; 503 with the reason when not; always JSON."""
     core = current_core()
     status = core.rulebook_status()
     database_ok = _database_ok()
+    engine = core.engine_health()
     depth = _gauge_value(core.metrics.engine_queue_depth)
+    ok = database_ok and engine.ok
     body = {
-        "status": "ok" if database_ok else "unavailable",
+        "status": "ok" if ok else "unavailable",
         "database": "ok" if database_ok else "unreachable",
-        "engine": {"queue_depth": int(depth) if depth is not None else None,
+        "engine": {"status": "ok" if engine.ok else "not evaluating", "reason": engine.reason,
+                   "queue_depth": int(depth) if depth is not None else None,
                    "queue_size": core.settings.engine_queue_size},
         "rulebooks": len(status.rulebooks),
         "rulebook_errors": len(status.problems),
     }
-    return jsonify(body), 200 if database_ok else 503
+    return jsonify(body), 200 if ok else 503
 
 
 @ops.get("/metrics")

@@ -38,8 +38,13 @@ def page_json(page: Any) -> dict[str, Any]:
 
 def stored_event_json(stored: Any) -> dict[str, Any]:
     """An event as stored: its canonical form plus when it was received and processed."""
-    return {**stored.event.to_dict(), "received_at": to_json(stored.received_at),
-            "processed_at": to_json(stored.processed_at)}
+    out = {**stored.event.to_dict(), "received_at": to_json(stored.received_at),
+           "processed_at": to_json(stored.processed_at)}
+    if getattr(stored, "time_sent", None) is not None:
+        out["time_sent"] = stored.time_sent  # the time as the client wrote it (an offset, nanoseconds)
+    if getattr(stored, "error", None) is not None:
+        out["error"] = stored.error  # quarantined: why the engine could not evaluate or store it
+    return out
 
 
 def rulebook_json(rulebook: Any) -> dict[str, Any]:

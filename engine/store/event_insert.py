@@ -3,7 +3,7 @@
 SQLAlchemy's multi-row INSERT cost more per row than the databases did: bind processing and parameter building in
 Python, and on PostgreSQL psycopg parsed the 7,000-parameter statement again on every call (it caches short ones
 only). So SQLite gets one executemany of a one-row INSERT with the values already in the form SQLite stores, and
-PostgreSQL one INSERT ... SELECT FROM unnest(one array per column): 13 parameters, prepared once.
+PostgreSQL one INSERT ... SELECT FROM unnest(one array per column): 14 parameters, prepared once.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gpuslo.engine.store.rows import chunks, require_aware
 
 # What ingest writes; processed_at stays NULL until the engine has evaluated the event.
 EVENT_COLUMNS = ("id", "kind", "time", "host", "gpu", "gpu_uuid", "pid", "job", "rank", "source", "body",
-                 "body_hash", "received_at")
+                 "body_hash", "time_sent", "received_at")
 _TABLE = EventRow.__tablename__
 _IN_LIST = 500  # ids per IN (...): well under SQLite's bound-parameter limit
 
@@ -73,7 +73,7 @@ def _insert_sqlite(session: Session, batch: Sequence[NewEvent], received_at: dat
     stored = stored_ids(session, [item.event.id for item in batch])
     received = sqlite_time(received_at)
     rows = [(e.id, e.kind, sqlite_time(e.time), e.host, e.gpu, e.gpu_uuid, e.pid, e.job, e.rank, e.source,
-             item.body, item.body_hash, received)
+             item.body, item.body_hash, e.time_sent, received)
             for item in batch if (e := item.event).id not in stored]
     if rows:
         session.connection().exec_driver_sql(_SQLITE_INSERT, rows)
@@ -111,6 +111,7 @@ def _insert_postgresql(session: Session, batch: Sequence[NewEvent], received_at:
         "gpu_uuid": [e.gpu_uuid for e in events], "pid": [_whole(e.pid) for e in events],
         "job": [e.job for e in events], "rank": [_whole(e.rank) for e in events],
         "source": [e.source for e in events], "body": [item.body for item in batch],
-        "body_hash": [item.body_hash for item in batch], "received_at": received_at,
+        "body_hash": [item.body_hash for item in batch], "time_sent": [e.time_sent for e in events],
+        "received_at": received_at,
     }
     return set(session.scalars(_POSTGRESQL_INSERT, columns))

@@ -93,6 +93,8 @@ class EventRow(Base):
     body_hash: Mapped[str] = mapped_column(String(64))
     received_at: Mapped[datetime]
     processed_at: Mapped[datetime | None]
+    time_sent: Mapped[str | None] = mapped_column(String(64))  # the time as written, when canonical drops a part
+    error: Mapped[str | None] = mapped_column(Text)  # quarantined: why the engine could not evaluate or store it
 
     __table_args__ = (
         Index("ix_events_kind_time", "kind", "time"),

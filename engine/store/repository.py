@@ -16,9 +16,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.events import Event, canonical_json, format_time, parse_event, text_digest
+from gpuslo.engine.events import Event, canonical_json, format_time, text_digest
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
 from gpuslo.engine.store.event_insert import NewEvent, insert_events, stored_ids
+from gpuslo.engine.store.event_read import ERROR_MAX, ReadEvent, read_event
 from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
 from gpuslo.engine.store.models import (
     EVIDENCE_KEEP_FIRST,
@@ -100,14 +101,35 @@ def _stored_hashes(session: Session, ids: Sequence[str]) -> dict[str, str]:
     return found
 
 
+_READ_COLUMNS = (EventRow.body, EventRow.id, EventRow.kind, EventRow.time, EventRow.host)
+
+
+def _read(row: Any) -> ReadEvent:
+    body, event_id, kind, time, host = row
+    return read_event(body, event_id=event_id, kind=kind, time=time, host=host)
+
+
 @store_operation
-def unprocessed_events(session: Session, limit: int) -> list[Event]:
-    """Events the engine has not evaluated yet, oldest first."""
-    bodies = session.scalars(
-        select(EventRow.body).where(EventRow.processed_at.is_(None)).order_by(EventRow.time, EventRow.id)
+def unprocessed_events(session: Session, limit: int) -> list[ReadEvent]:
+    """Events the engine has not evaluated yet, oldest first; those whose body fails today's checks carry why."""
+    rows = session.execute(
+        select(*_READ_COLUMNS).where(EventRow.processed_at.is_(None)).order_by(EventRow.time, EventRow.id)
         .limit(limit)
     )
-    return [parse_event(body) for body in bodies]
+    return [_read(row) for row in rows]
+
+
+_QUARANTINE = (update(EventRow.__table__).where(EventRow.__table__.c.id == bindparam("event_id"))
+               .values(error=bindparam("error"), processed_at=bindparam("at")))
+
+
+@store_operation
+def quarantine_events(session: Session, errors: Sequence[tuple[str, str]], at: datetime) -> None:
+    """Mark events the engine could not evaluate or store: their error is kept, and they count as processed."""
+    require_aware(at, "quarantine_events")
+    if errors:
+        session.execute(_QUARANTINE, [{"event_id": event_id, "error": error[:ERROR_MAX], "at": at}
+                                      for event_id, error in errors])
 
 
 # Core, built once: the ORM's bulk UPDATE would also look for the events in the session to update them.
@@ -139,8 +161,14 @@ def list_events(session: Session, filters: EventFilter, *, page: int = 1,
         conditions.append(EventRow.time <= filters.until)
     query = select(EventRow).where(*conditions).order_by(EventRow.time.desc(), EventRow.id.desc())
     rows, total = _paged(session, query, conditions, EventRow, page, page_size)
-    items = tuple(StoredEvent(parse_event(r.body), r.received_at, r.processed_at) for r in rows)
+    items = tuple(_stored(r) for r in rows)
     return Page(items, page, page_size, total, page * page_size < total)
+
+
+def _stored(row: EventRow) -> StoredEvent:
+    read = read_event(row.body, event_id=row.id, kind=row.kind, time=row.time, host=row.host)
+    return StoredEvent(read.event, row.received_at, row.processed_at, error=row.error or read.error,
+                       time_sent=row.time_sent)
 
 
 def _paged(session: Session, query: Select[Any], conditions: Sequence[ColumnElement[bool]], entity: Any,
@@ -313,15 +341,15 @@ def get_violation(session: Session, violation_id: int) -> ViolationDetail | None
     row = session.get(ViolationRow, violation_id)
     if row is None:
         return None
-    bodies = session.scalars(
-        select(EventRow.body).join(EvidenceRow, EvidenceRow.event_id == EventRow.id)
+    rows = session.execute(
+        select(*_READ_COLUMNS).join(EvidenceRow, EvidenceRow.event_id == EventRow.id)
         .where(EvidenceRow.violation_id == violation_id).order_by(EventRow.time, EventRow.id)
     )
     history = session.scalars(
         select(HistoryRow).where(HistoryRow.violation_id == violation_id)
         .order_by(HistoryRow.at, HistoryRow.id)
     )
-    return ViolationDetail(**violation_fields(row), evidence=tuple(parse_event(body) for body in bodies),
+    return ViolationDetail(**violation_fields(row), evidence=tuple(_read(row).event for row in rows),
                            history=tuple(history_entry(h) for h in history))
 
 

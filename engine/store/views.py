@@ -158,6 +158,8 @@ class StoredEvent:
     event: Event
     received_at: datetime
     processed_at: datetime | None
+    error: str | None = None  # quarantined, or a body stored before ingest checked what it checks now
+    time_sent: str | None = None  # the time as the client wrote it, when the canonical form drops a part
 
 
 @dataclass(frozen=True)

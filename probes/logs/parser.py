@@ -193,7 +193,8 @@ class LogParser:
     def _event(self, found: Found, pending: _Pending, who: _Who) -> Event:
         settings, first = self._settings, pending.lines[0]
         digest = hashlib.sha1(f"{settings.host}|{settings.source}|{pending.key}".encode()).hexdigest()
-        message = "\n".join(line.raw for line in pending.lines)[:MESSAGE_MAX]
+        # A NUL in a log line would make ingest refuse the event (no database stores it as text): U+FFFD.
+        message = "\n".join(line.raw for line in pending.lines)[:MESSAGE_MAX].replace("\x00", "\ufffd")
         # `host` stays the probe's host (where the log was read, what rules group by); a host named inside
         # the line (syslog, NCCL) may be another machine's when logs are collected centrally: a label.
         logged = {"log_host": who.log_host[:256]} if who.log_host else {}

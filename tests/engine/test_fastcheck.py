@@ -106,7 +106,7 @@ def test_fast_check_accepts_exactly_what_jsonschema_accepts(seed: int) -> None:
 
 
 def test_parse_event_problems_come_from_jsonschema_unchanged() -> None:
-    obj = {"id": "bad id", "kind": "gpu_xid", "time": "2026-01-01T00:00:00Z", "host": "h", "attrs": {"xid": -1.5}}
+    obj = {"id": "bad id", "kind": "gpu_xid", "time": "2026-01-01T00:00:00Z", "host": "h", "attrs": {"xid": "79"}}
     with pytest.raises(EventError) as caught:
         parse_event(obj)
     assert [p.path for p in caught.value.problems] == ["id", "attrs.xid"]

@@ -25,6 +25,8 @@ def families(tmp_path_factory: pytest.TempPathFactory):
         for path in INCIDENTS:
             core.ingest(incident_items(path))
         core.ingest([{"id": "bad", "kind": "mem_fragmentation"}])  # one rejection: its labels are served
+        core.ingest(incident_items(INCIDENTS[0]))  # duplicates
+        core.ingest_refused(413)  # a request refused whole
         assert core.wait_idle(30)
         core.metrics.http.observe("ui.violations", "GET", 200, 0.01)
         yield served_families(core)

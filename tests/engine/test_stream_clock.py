@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+from gpuslo.engine.engine_thread import Runtime
 from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.runtime import EngineResult, RuleEvaluator, Runtime
+from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 
 SILENT_2S = """\
 - id: probe-silent

@@ -115,11 +115,11 @@ def test_unprocessed_events_oldest_first_and_mark_processed(database: Database, 
     with database.session() as session:
         store_events(session, [late, early, tie_b, tie_a])
     with database.session() as session:
-        assert unprocessed_events(session, 10) == [early, tie_a, tie_b, late]
-        assert unprocessed_events(session, 2) == [early, tie_a]
+        assert [r.event for r in unprocessed_events(session, 10)] == [early, tie_a, tie_b, late]
+        assert [r.event for r in unprocessed_events(session, 2)] == [early, tie_a]
         mark_processed(session, ["early", "tie-a"], NOW)
     with database.session() as session:
-        assert unprocessed_events(session, 10) == [tie_b, late]
+        assert [r.event for r in unprocessed_events(session, 10)] == [tie_b, late]
         mark_processed(session, [], NOW)
     processed = {s.event.id: s.processed_at for s in _all_events(database)}
     assert processed == {"early": NOW, "tie-a": NOW, "tie-b": None, "late": None}

@@ -141,7 +141,8 @@ def test_security_headers_on_every_response(fake_client):
 def test_healthz_and_metrics(fake_client, fake_core):
     fake_core.metrics.engine_queue_depth.set(4)
     body = fake_client.get("/healthz").get_json()
-    assert body == {"status": "ok", "database": "ok", "engine": {"queue_depth": 4, "queue_size": 10_000},
+    assert body == {"status": "ok", "database": "ok", "engine": {"status": "ok", "reason": None, "queue_depth": 4,
+                                                                            "queue_size": 10_000},
                     "rulebooks": 0, "rulebook_errors": 0}
     metrics = fake_client.get("/metrics")
     assert metrics.status_code == 200 and metrics.mimetype == "text/plain"

@@ -40,7 +40,8 @@ def test_the_violation_page_draws_the_stall_split_with_its_evidence(client, core
     stall, view = _stored_match(core, "cpu")
     response = client.get(f"/violations/{view.id}")
     html = response.get_data(as_text=True)
-    assert response.status_code == 200 and response.headers["Content-Security-Policy"] == "default-src 'self'; frame-ancestors 'none'"
+    assert response.status_code == 200
+    assert response.headers["Content-Security-Policy"] == "default-src 'self'; frame-ancestors 'none'"
     assert no_inline_code(html)
     assert 'id="attribution" class="attribution" data-dominant="scheduler"' in html
     rects = re.findall(r'<rect class="layer layer-(\w+)" x="([\d.]+)" y="0"\s+width="([\d.]+)"', html)

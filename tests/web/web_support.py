@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from gpuslo.engine.config import Settings
+from gpuslo.engine.engine_health import EngineHealth
 from gpuslo.engine.errors import EventError, FieldProblem
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
@@ -30,6 +31,8 @@ class FakeCore:
     settings: Settings
     stored: dict[str, str] = field(default_factory=dict)
     calls: list[list[object]] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+    rejected_early: list[FieldProblem] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.database = Database("sqlite:///:memory:")
@@ -66,6 +69,15 @@ class FakeCore:
 
     def rulebook_status(self) -> SimpleNamespace:
         return SimpleNamespace(rulebooks=(), problems=(), loaded_at=datetime(2025, 1, 1, tzinfo=UTC))
+
+    def engine_health(self) -> EngineHealth:
+        return EngineHealth(True)
+
+    def ingest_refused(self, status: int) -> None:
+        self.refused.append(status)
+
+    def ingest_rejected(self, problem: FieldProblem) -> None:
+        self.rejected_early.append(problem)
 
     def close(self) -> None:
         if isinstance(self.database, Database):
