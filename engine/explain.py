@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from jinja2 import Template, TemplateError
+from jinja2 import Template
 
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
@@ -30,7 +30,7 @@ from gpuslo.engine.rulebook.model import (
     Rulebook,
     SingleEvent,
 )
-from gpuslo.engine.templates import summary_environment
+from gpuslo.engine.templates import RenderRefused, summary_environment
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 log = logging.getLogger(__name__)
@@ -179,25 +179,41 @@ def group_key(group: Mapping[str, Any]) -> str:
 
 
 class SummaryRenderer:
-    """Renders rule summaries in a Jinja2 sandbox; a failed render falls back to a default sentence."""
+    """Renders rule summaries in the bounded Jinja2 sandbox; a render that fails in any way (an exception of any
+    type, a bound of engine/template_limits.py) falls back to the rule's default sentence."""
 
     def __init__(self) -> None:
         self._env = summary_environment()
-        self._templates: dict[str, Template] = {}  # compiled once per summary text
+        self._templates: dict[str, Template | None] = {}  # compiled once per summary text; None: did not compile
+        self._warned: set[tuple[str, str]] = set()  # (rule, failure) already logged, so a flood logs once
 
     def render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event] = ()) -> str:
         try:
-            template = self._templates.get(rule.summary)
-            if template is None:
-                template = self._templates[rule.summary] = self._env.from_string(rule.summary)
-            # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
-            hang = analyze_hang(evidence) if "collective" in rule.summary else None
-            text = template.render(event=event.to_dict(), group=dict(group),
-                                   collective=hang.to_dict() if hang else None)
-            return " ".join(text.split()) or self.fallback(rule, group)
-        except (TemplateError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
-            log.warning("summary of rule %s failed to render (%s); using the default text", rule.id, exc)
+            text = self._render(rule, event, group, evidence)
+        except Exception as exc:  # noqa: BLE001 - any failure of a summary must cost only its text, never the match
+            self._warn(rule, exc)
             return self.fallback(rule, group)
+        return " ".join(text.split()) or self.fallback(rule, group)
+
+    def _render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event]) -> str:
+        # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
+        hang = analyze_hang(evidence) if "collective" in rule.summary else None
+        context = {"event": event.to_dict(), "group": dict(group), "collective": hang.to_dict() if hang else None}
+        if rule.summary not in self._templates:
+            self._templates[rule.summary] = None  # stays None when compiling fails: not retried per event
+            self._templates[rule.summary] = self._env.from_string(rule.summary)
+        template = self._templates[rule.summary]
+        if template is None:
+            raise RenderRefused("the summary template did not compile")
+        return self._env.render_compiled(template, context)
+
+    def _warn(self, rule: Rule, exc: Exception) -> None:
+        key = (rule.id, type(exc).__name__)
+        if key in self._warned or len(self._warned) > 1000:
+            return
+        self._warned.add(key)
+        log.warning("summary of rule %s failed to render (%s: %s); using the default text",
+                    rule.id, type(exc).__name__, str(exc)[:200])
 
     @staticmethod
     def fallback(rule: Rule, group: Mapping[str, Any]) -> str:
