@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -13,6 +12,7 @@ from jinja2 import Template
 
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
+from gpuslo.engine.rulebook import regex
 from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import (
     Absence,
@@ -61,7 +61,7 @@ def _holds(op: str, observed: Any, expected: Any) -> bool:
         if op == "contains":
             return str(expected) in str(observed)
         if op == "matches":
-            return re.search(str(expected), str(observed)) is not None
+            return regex.search(str(expected), str(observed))
     except TypeError:
         return False
     raise ValueError(f"unknown operator {op!r}")

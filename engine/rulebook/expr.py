@@ -21,6 +21,7 @@ from gpuslo.engine.rulebook.model import (
     Not,
     Or,
 )
+from gpuslo.engine.rulebook.regex import regex_problem
 from gpuslo.engine.units import duration_in, is_byte_literal, is_duration_literal, parse_bytes
 
 KEYWORDS = frozenset({"and", "or", "not", "in", "has", "contains", "matches", "true", "false"})
@@ -294,7 +295,7 @@ class _Parser:
         if op == "matches":
             problem = regex_problem(value)
             if problem:
-                raise self.fail(token, f"regex {token.text}: {problem}")
+                raise self.fail(token, f"regex {token.text}: {problem[0]}", problem[1])
         return Compare(op, ref, Literal(value, token.text))
 
     def value(self, ref: FieldRef, typ: str, allow_fields: bool = True) -> Literal | FieldRef:
@@ -371,15 +372,6 @@ def _show(token: Token) -> str:
 
 def _fields_of(kind: str) -> list[str]:
     return [*ENVELOPE_FIELDS, *KIND_ATTRS.get(kind, {})]
-
-
-def regex_problem(pattern: str) -> str | None:
-    """Why `pattern` is not a valid Python regex, or None when it compiles (`matches` is re.search)."""
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        return f"does not compile: {exc}"
-    return None
 
 
 def parse_expression(
