@@ -26,6 +26,7 @@ from gpuslo.engine.units import duration_in, is_byte_literal, is_duration_litera
 
 KEYWORDS = frozenset({"and", "or", "not", "in", "has", "contains", "matches", "true", "false"})
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+MAX_NESTING = 50  # parentheses, `not` and macros inside one another, in one condition
 _NO_NAMES: Mapping[str, str] = MappingProxyType({})
 _NO_LISTS: Mapping[str, Sequence[LiteralValue]] = MappingProxyType({})
 _TOKEN = re.compile(
@@ -105,11 +106,19 @@ class _Parser:
         lists: Mapping[str, Sequence[LiteralValue]],
         stack: tuple[str, ...],
         exact: bool,
+        depth: int = 0,
     ):
         self.text, self.kind, self.aliases, self.macros, self.lists = text, kind, aliases, macros, lists
         self.where, self.exact, self.stack = where, exact, stack
         self.tokens = tokenize(text, where, exact)
         self.i = 0
+        self.depth = depth  # how deep the parser is in parentheses, `not` and macros
+
+    def nested(self, token: Token) -> None:
+        """One level deeper; refused past MAX_NESTING (the parser and every later walk recurse per level)."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.fail(token, f"condition nests deeper than {MAX_NESTING} levels (parentheses, 'not', macros)")
 
     def locate(self, token: Token) -> Location:
         return _shift(self.where, self.text, token.pos) if self.exact else self.where
@@ -164,11 +173,16 @@ class _Parser:
         token = self.peek()
         if token.kind == "keyword" and token.text == "not":
             self.take()
-            return Not(self.parse_not())
+            self.nested(token)
+            inner = self.parse_not()
+            self.depth -= 1
+            return Not(inner)
         if token.kind == "punct" and token.text == "(":
             self.take()
+            self.nested(token)
             expr = self.parse_or()
             self.expect("punct", ")", "to close '('")
+            self.depth -= 1
             return expr
         if token.kind == "keyword" and token.text == "has":
             self.take()
@@ -187,6 +201,7 @@ class _Parser:
         if name in self.stack:
             raise self.fail(token, f"macro '{name}' refers to itself ({' -> '.join((*self.stack, name))})")
         use_site = self.locate(token)
+        self.nested(token)
         try:
             return _Parser(
                 self.macros[name],
@@ -197,12 +212,15 @@ class _Parser:
                 self.lists,
                 (*self.stack, name),
                 exact=False,
+                depth=self.depth,
             ).parse()
         except RulebookError as exc:
             inner = exc.problems[0]
             raise RulebookError(
                 [RulebookProblem(use_site, f"in macro '{name}': {inner.message}", hint=inner.hint)]
             ) from exc
+        finally:
+            self.depth -= 1
 
     def field(self, token: Token) -> tuple[FieldRef, str]:
         """Resolve a field name to a reference and its type, refusing unknown fields."""
