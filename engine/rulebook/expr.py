@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -302,6 +303,9 @@ class _Parser:
             raise self.fail(
                 token, f"list '{token.text}' holds {value!r}, but '{ref}' is {_type_word(typ)} field"
             )
+        problem = _range_problem(value) if numeric else None
+        if problem:
+            raise self.fail(token, f"list '{token.text}' holds {value!r}: {problem}")
 
     def text_match(self, op: str, ref: FieldRef, typ: str) -> Compare:
         token = self.take()
@@ -350,6 +354,13 @@ class _Parser:
         )
 
     def number(self, token: Token, ref: FieldRef, typ: str) -> Literal:
+        literal = self._number(token, ref, typ)
+        problem = _range_problem(literal.value)
+        if problem:
+            raise self.fail(token, f"number {token.text}: {problem}")
+        return literal
+
+    def _number(self, token: Token, ref: FieldRef, typ: str) -> Literal:
         text = token.text
         if not _is_numeric(typ):
             raise self.fail(
@@ -376,6 +387,17 @@ class _Parser:
         raise self.fail(
             token, f"unknown unit in {text!r}", "sizes: B KB MB GB KiB MiB GiB; durations: us ms s m h d"
         )
+
+
+def _range_problem(value: object) -> str | None:
+    """Numbers the engine can hold: 64-bit integers (as ingest accepts) and finite floats."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return "out of the 64-bit integer range events can hold"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    return None
 
 
 def _starts_comparison(token: Token) -> bool:

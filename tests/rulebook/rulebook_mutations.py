@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from hypothesis import strategies as st
 
@@ -141,7 +142,8 @@ def load_everything(raw: bytes) -> str:
         for problem in exc.problems:
             assert str(problem).startswith(f"{FILENAME}"), str(problem)
         return "refused"
-    compile_rulebook(book, ruleset="fuzz")
+    compiled = compile_rulebook(book, ruleset="fuzz")
+    orjson.dumps(compiled.definition_dict())  # what matcher.register hands the engine core (64-bit numbers only)
     renderer = SummaryRenderer()
     for rule in book.rules:
         assert renderer.render(rule, EVENT, {"host": "node-a"})  # never raises; default text at worst
