@@ -204,10 +204,11 @@ def decode(raw: bytes, filename: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
+        col = len(raw[raw.rfind(b"\n", 0, exc.start) + 1: exc.start].decode("utf-8", "replace")) + 1
         raise RulebookError(
             [
                 RulebookProblem(
-                    Location(filename, line), f"file is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+                    Location(filename, line, col), f"file is not valid UTF-8 (byte {exc.start}: {exc.reason})"
                 )
             ]
         ) from exc
