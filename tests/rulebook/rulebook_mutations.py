@@ -148,3 +148,41 @@ def load_everything(raw: bytes) -> str:
     for rule in book.rules:
         assert renderer.render(rule, EVENT, {"host": "node-a"})  # never raises; default text at worst
     return "loaded"
+
+
+CONDITION_TOKENS = (
+    "requested_bytes", "free_bytes", "host", "gpu", "message", "labels.team", "api", "xid", "m.host", "big_request",
+    "==", "!=", "<", "<=", ">", ">=", "in", "not in", "contains", "matches", "has", "and", "or", "not", "(", ")",
+    "[", "]", ",", "1GiB", "200ms", "0", "-1", "1.5", "99999999999999999999", "'a'", "'(a)\\\\1'", "'^(a+)+$'",
+    "'['", "fatal_xids", "true", "''",
+)
+TEMPLATE_PIECES = (
+    "{{ event.host }}", "{{ event.attrs.requested_bytes | bytes }}", "{% if event.gpu %}", "{% endif %}",
+    "{% for x in range(3) %}", "{% endfor %}", "{{ group.host }}", "{{ collective.sentence }}", "{{", "}}", "{%",
+    "%}", "{{ event.host * 4000000 }}", "{{ '{0}'.format_map(event) }}", "{{ 9 ** 9 ** 9 }}", "text ", "|",
+    "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "{{ event.message|center(99999999) }}", "{# c #}",
+    "{% set a = event.host %}{% set a = a ~ a %}", "{{ a }}", "{% raw %}", "{% endraw %}", "{{ undefined.x }}",
+)
+
+
+def _rule_paths(data: dict[str, Any]) -> list[int]:
+    rules = data.get("rules")
+    return list(range(len(rules))) if isinstance(rules, list) else []
+
+
+@st.composite
+def language_mutants(draw: st.DrawFn) -> bytes:
+    """A valid rulebook with a rule's condition and summary drawn from the tokens of the languages, so mutants
+    get past YAML and the schema to the parser, the builder, the compiler and the renderer."""
+    data = draw(st.sampled_from([d for d in PARSED if _rule_paths(d)]))
+    index = draw(st.sampled_from(_rule_paths(data)))
+    rule = dict(data["rules"][index])
+    when = dict(rule["when"]) if isinstance(rule.get("when"), dict) else {}
+    if draw(st.booleans()):
+        when["if"] = " ".join(draw(st.lists(st.sampled_from(CONDITION_TOKENS), min_size=1, max_size=12)))
+    rule["when"] = when
+    if draw(st.booleans()):
+        rule["summary"] = "".join(draw(st.lists(st.sampled_from(TEMPLATE_PIECES), min_size=1, max_size=8)))
+    rules = list(data["rules"])
+    rules[index] = rule
+    return yaml.safe_dump({**data, "rules": rules}, allow_unicode=True, sort_keys=False).encode()

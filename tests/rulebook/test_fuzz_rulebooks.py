@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, given, settings
-from rulebook_mutations import byte_mutants, load_everything, structure_mutants
+from rulebook_mutations import byte_mutants, language_mutants, load_everything, structure_mutants
 
 LONG = int(os.environ.get("GPUSLO_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=LONG or 150, derandomize=not LONG, deadline=None, database=None,
+FUZZ = settings(max_examples=LONG or 100, derandomize=not LONG, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -28,4 +28,10 @@ def test_byte_mutants_load_or_are_refused_with_locations(raw: bytes) -> None:
 @FUZZ
 @given(structure_mutants())
 def test_structure_mutants_load_or_are_refused_with_locations(raw: bytes) -> None:
+    load_everything(raw)
+
+
+@FUZZ
+@given(language_mutants())
+def test_condition_and_summary_mutants_load_or_are_refused_with_locations(raw: bytes) -> None:
     load_everything(raw)
