@@ -34,6 +34,9 @@ from gpuslo.engine.templates import RenderRefused, summary_environment
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 log = logging.getLogger(__name__)
+# A summary that used up its steps or CPU this many renders in a row is not rendered again (its default text is
+# used) until its text changes: one such template must not cost the engine 0.25 s on every event.
+COSTLY_STRIKES = 3
 _SYMBOL = {"==": "=", "!=": "≠"}
 _KEY_ATTRS = ("requested_bytes", "free_bytes", "fragmentation_ratio", "gap_ms", "itl_p99_ms", "ttft_ms",
               "xid", "op", "seq", "error_name", "api", "state", "phase", "request_id")
@@ -186,13 +189,19 @@ class SummaryRenderer:
         self._env = summary_environment()
         self._templates: dict[str, Template | None] = {}  # compiled once per summary text; None: did not compile
         self._warned: set[tuple[str, str]] = set()  # (rule, failure) already logged, so a flood logs once
+        self._strikes: dict[str, int] = {}  # summary text → renders in a row that used up their steps or CPU
 
     def render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event] = ()) -> str:
         try:
+            if self._strikes.get(rule.summary, 0) >= COSTLY_STRIKES:
+                raise RenderRefused(f"disabled: used up its steps or CPU {COSTLY_STRIKES} times in a row")
             text = self._render(rule, event, group, evidence)
         except Exception as exc:  # noqa: BLE001 - any failure of a summary must cost only its text, never the match
+            if isinstance(exc, RenderRefused) and exc.costly:
+                self._strikes[rule.summary] = self._strikes.get(rule.summary, 0) + 1
             self._warn(rule, exc)
             return self.fallback(rule, group)
+        self._strikes.pop(rule.summary, None)
         return " ".join(text.split()) or self.fallback(rule, group)
 
     def _render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event]) -> str:

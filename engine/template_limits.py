@@ -24,7 +24,12 @@ _PERCENT_WIDTH = re.compile(r"%[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
 class RenderRefused(Exception):
-    """A render went past one of the bounds; the message says which."""
+    """A render went past one of the bounds; the message says which. `costly`: it ran out of steps or CPU time
+    (whatever the event, such a template costs its whole budget on every render)."""
+
+    def __init__(self, message: str, *, costly: bool = False):
+        super().__init__(message)
+        self.costly = costly
 
 
 class Budget:
@@ -42,9 +47,9 @@ class Budget:
         local = self._local
         local.steps = getattr(local, "steps", 0) + 1
         if local.steps > MAX_STEPS:
-            raise RenderRefused(f"more than {MAX_STEPS} loop iterations, calls and operators")
+            raise RenderRefused(f"more than {MAX_STEPS} loop iterations, calls and operators", costly=True)
         if local.steps % 8 == 0 and time.thread_time() > getattr(local, "deadline", float("inf")):
-            raise RenderRefused(f"rendering took more than {MAX_CPU_S:g}s of CPU")
+            raise RenderRefused(f"rendering took more than {MAX_CPU_S:g}s of CPU", costly=True)
 
 
 def checked(value: Any) -> Any:

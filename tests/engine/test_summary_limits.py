@@ -95,3 +95,19 @@ def test_a_summary_of_exactly_the_limit_is_kept(make_event: Callable[..., Event]
     over = _rule("{{ event.message }}{{ event.message }}!")
     assert len(("é" * 8192).encode()) == MAX_SUMMARY_BYTES
     assert SummaryRenderer().render(over, event, {"host": "node-a"}) == "Title (host=node-a)"
+
+
+def test_a_template_that_uses_up_its_budget_is_not_rendered_again(make_event: Callable[..., Event]) -> None:
+    renderer = SummaryRenderer()
+    rule = _rule("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}")
+    calls = []
+    real = renderer._render
+
+    def counting(*args: object) -> str:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    renderer._render = counting  # type: ignore[method-assign]
+    for _ in range(10):
+        assert renderer.render(rule, make_event(), {"host": "node-a"}) == "Title (host=node-a)"
+    assert len(calls) == 3  # COSTLY_STRIKES: then the default text without rendering
