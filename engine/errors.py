@@ -97,6 +97,14 @@ class EngineError(GpusloError):
     """The rules engine failed or is overloaded."""
 
 
+class RulebookNotLoaded(EngineError):
+    """One rulebook the engine could not compile or register; the others of the load are not at fault."""
+
+    def __init__(self, name: str, file: str | None, reason: str):
+        self.name, self.file, self.reason = name, file, reason
+        super().__init__(f"rulebook {name!r}: {reason}")
+
+
 class ProbeError(GpusloError):
     """A probe cannot run here; the message says what is missing and how to fix it."""
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from jinja2 import Template, TemplateError
+from jinja2 import Template
 
 from gpuslo.engine.attribution import worst_stall_attribution
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
+from gpuslo.engine.rulebook import regex
 from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import (
     Absence,
@@ -31,10 +31,13 @@ from gpuslo.engine.rulebook.model import (
     Rulebook,
     SingleEvent,
 )
-from gpuslo.engine.templates import summary_environment
+from gpuslo.engine.templates import RenderRefused, summary_environment
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 log = logging.getLogger(__name__)
+# A summary that used up its steps or CPU this many renders in a row is not rendered again (its default text is
+# used) until its text changes: one such template must not cost the engine 0.25 s on every event.
+COSTLY_STRIKES = 3
 _SYMBOL = {"==": "=", "!=": "≠"}
 _KEY_ATTRS = ("requested_bytes", "free_bytes", "fragmentation_ratio", "gap_ms", "itl_p99_ms", "ttft_ms",
               "xid", "op", "seq", "error_name", "api", "state", "phase", "request_id")
@@ -62,7 +65,7 @@ def _holds(op: str, observed: Any, expected: Any) -> bool:
         if op == "contains":
             return str(expected) in str(observed)
         if op == "matches":
-            return re.search(str(expected), str(observed)) is not None
+            return regex.search(str(expected), str(observed))
     except TypeError:
         return False
     raise ValueError(f"unknown operator {op!r}")
@@ -180,25 +183,47 @@ def group_key(group: Mapping[str, Any]) -> str:
 
 
 class SummaryRenderer:
-    """Renders rule summaries in a Jinja2 sandbox; a failed render falls back to a default sentence."""
+    """Renders rule summaries in the bounded Jinja2 sandbox; a render that fails in any way (an exception of any
+    type, a bound of engine/template_limits.py) falls back to the rule's default sentence."""
 
     def __init__(self) -> None:
         self._env = summary_environment()
-        self._templates: dict[str, Template] = {}  # compiled once per summary text
+        self._templates: dict[str, Template | None] = {}  # compiled once per summary text; None: did not compile
+        self._warned: set[tuple[str, str]] = set()  # (rule, failure) already logged, so a flood logs once
+        self._strikes: dict[str, int] = {}  # summary text → renders in a row that used up their steps or CPU
 
     def render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event] = ()) -> str:
         try:
-            template = self._templates.get(rule.summary)
-            if template is None:
-                template = self._templates[rule.summary] = self._env.from_string(rule.summary)
-            # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
-            hang = analyze_hang(evidence) if "collective" in rule.summary else None
-            text = template.render(event=event.to_dict(), group=dict(group),
-                                   collective=hang.to_dict() if hang else None)
-            return " ".join(text.split()) or self.fallback(rule, group)
-        except (TemplateError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
-            log.warning("summary of rule %s failed to render (%s); using the default text", rule.id, exc)
+            if self._strikes.get(rule.summary, 0) >= COSTLY_STRIKES:
+                raise RenderRefused(f"disabled: used up its steps or CPU {COSTLY_STRIKES} times in a row")
+            text = self._render(rule, event, group, evidence)
+        except Exception as exc:  # noqa: BLE001 - any failure of a summary must cost only its text, never the match
+            if isinstance(exc, RenderRefused) and exc.costly:
+                self._strikes[rule.summary] = self._strikes.get(rule.summary, 0) + 1
+            self._warn(rule, exc)
             return self.fallback(rule, group)
+        self._strikes.pop(rule.summary, None)
+        return " ".join(text.split()) or self.fallback(rule, group)
+
+    def _render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event]) -> str:
+        # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
+        hang = analyze_hang(evidence) if "collective" in rule.summary else None
+        context = {"event": event.to_dict(), "group": dict(group), "collective": hang.to_dict() if hang else None}
+        if rule.summary not in self._templates:
+            self._templates[rule.summary] = None  # stays None when compiling fails: not retried per event
+            self._templates[rule.summary] = self._env.from_string(rule.summary)
+        template = self._templates[rule.summary]
+        if template is None:
+            raise RenderRefused("the summary template did not compile")
+        return self._env.render_compiled(template, context)
+
+    def _warn(self, rule: Rule, exc: Exception) -> None:
+        key = (rule.id, type(exc).__name__)
+        if key in self._warned or len(self._warned) > 1000:
+            return
+        self._warned.add(key)
+        log.warning("summary of rule %s failed to render (%s: %s); using the default text",
+                    rule.id, type(exc).__name__, str(exc)[:200])
 
     @staticmethod
     def fallback(rule: Rule, group: Mapping[str, Any]) -> str:

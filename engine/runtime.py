@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslo.engine import matcher
-from gpuslo.engine.errors import EngineError
+from gpuslo.engine.errors import EngineError, RulebookNotLoaded
 from gpuslo.engine.events import ENVELOPE_FIELDS, Event
 from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, group_key, group_of, text_test
 from gpuslo.engine.metrics import Metrics
@@ -111,12 +111,12 @@ class RuleEvaluator:
         SLIs new to the evaluator start from `slo_seed` (the stored buckets)."""
         units = []
         for rulebook in rulebooks:
-            compiled = compile_rulebook(rulebook, ruleset=matcher.unique_name(
-                f"{rulebook.name}@{rulebook.content_hash[:12]}"))
             try:
+                compiled = compile_rulebook(rulebook, ruleset=matcher.unique_name(
+                    f"{rulebook.name}@{rulebook.content_hash[:12]}"))
                 ruleset = matcher.register(compiled.ruleset, compiled.definition_dict())
-            except EngineError as exc:
-                raise EngineError(f"rulebook {rulebook.name!r}: {exc}") from exc
+            except Exception as exc:  # noqa: BLE001 - named, so the service keeps that rulebook's last good version
+                raise RulebookNotLoaded(rulebook.name, rulebook.location.file, f"{type(exc).__name__}: {exc}") from exc
             units.append(_Unit(compiled, ruleset, _FactFields.of(compiled)))
         scopes = {window_scope(unit.compiled.rulebook, rule): unit.compiled.rulebook
                   for unit in units for rule in unit.compiled.rulebook.rules}

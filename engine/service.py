@@ -21,7 +21,15 @@ from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
 from gpuslo.engine.config import Settings
 from gpuslo.engine.engine_health import EngineHealth
 from gpuslo.engine.engine_thread import Runtime
-from gpuslo.engine.errors import EngineError, FieldProblem, GpusloError, Location, NotFoundError, RulebookProblem
+from gpuslo.engine.errors import (
+    EngineError,
+    FieldProblem,
+    GpusloError,
+    Location,
+    NotFoundError,
+    RulebookNotLoaded,
+    RulebookProblem,
+)
 from gpuslo.engine.events import Event
 from gpuslo.engine.ingest import Ingest
 from gpuslo.engine.ingest_types import IngestReport
@@ -184,25 +192,49 @@ class Gpuslo:
             loaded = {r.name for r in good}
             kept = tuple(r for r in self._status.rulebooks
                          if r.location.file in broken_files and r.name not in loaded)
-            chosen = good + kept
-            try:
-                self.runtime.load(chosen, self._stored_buckets)
-            except EngineError as exc:
-                problems += (RulebookProblem(Location(str(directory)), str(exc)),)
-                chosen = self._status.rulebooks
+            chosen, refused = self._load_engine(good + kept)
+            problems += refused
+            good = tuple(r for r in good if r in chosen)
             self._status = RulebookStatus(chosen, problems, _now())
             self._record_loads(good, problems, note, before)
         for problem in problems:
             log.error("rulebook problem: %s", problem)
         return self._status
 
+    def _load_engine(self, wanted: tuple[Rulebook, ...]) -> tuple[tuple[Rulebook, ...], tuple[RulebookProblem, ...]]:
+        """Load `wanted` into the engine; a rulebook the engine refuses is replaced by its running version (or
+        left out) and the rest loaded again. Returns what runs and one problem per refused rulebook."""
+        chosen, problems = wanted, []
+        running = {r.name: r for r in self._status.rulebooks}
+        for _attempt in range(2 * len(wanted) + 1):
+            try:
+                self.runtime.load(chosen, self._stored_buckets)
+                return chosen, tuple(problems)
+            except RulebookNotLoaded as exc:
+                problems.append(RulebookProblem(Location(exc.file), f"rulebook '{exc.name}' not loaded by the "
+                                                                    f"engine: {exc.reason}"))
+                fallback = running.pop(exc.name, None)  # popped: a running version that fails too is dropped
+                chosen = tuple(r for r in chosen if r.name != exc.name) + ((fallback,) if fallback else ())
+            except EngineError as exc:
+                problems.append(RulebookProblem(Location(str(self.settings.rules_dir)), str(exc)))
+                break
+        return self._status.rulebooks, tuple(problems)
+
     def reload_if_changed(self) -> RulebookStatus | None:
-        """Reload when a rulebook file was added, removed or changed since the last load; None when not."""
-        fingerprint = rules_fingerprint(self.settings.rules_dir, self.settings.rules_overrides_dir)
-        if fingerprint == self._rules_fingerprint:
+        """Reload when a rulebook file was added, removed or changed since the last load; None when not.
+
+        The watcher job never raises: a failure is logged and the next change is picked up as usual.
+        """
+        try:
+            fingerprint = rules_fingerprint(self.settings.rules_dir, self.settings.rules_overrides_dir)
+            if fingerprint == self._rules_fingerprint:
+                return None
+            log.info("rulebook files changed in %s: reloading", self.settings.rules_dir)
+            return self.reload_rulebooks()
+        except Exception:  # noqa: BLE001 - the watcher must outlive any failure of one reload
+            log.exception("reloading the rulebooks of %s failed; the running rulebooks are kept",
+                          self.settings.rules_dir)
             return None
-        log.info("rulebook files changed in %s: reloading", self.settings.rules_dir)
-        return self.reload_rulebooks()
 
     def _record_loads(self, good: Sequence[Rulebook], problems: Sequence[RulebookProblem],
                       note: AuditNote | None = None, before: dict[str, object] | None = None) -> None:

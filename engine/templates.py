@@ -1,10 +1,35 @@
-"""The Jinja2 sandbox that renders rule summaries, shared by the rulebook validator and the explainer."""
+"""The Jinja2 sandbox that renders rule summaries, shared by the rulebook validator and the explainer.
+
+Rendering is bounded (engine/template_limits.py): every loop iteration, call and operator is a counted step
+under a CPU deadline, no value grows past a size bound, and the output is at most MAX_SUMMARY_BYTES. A render
+that goes past a bound raises RenderRefused; the explainer then stores the rule's default text.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
+from jinja2 import nodes
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.visitor import NodeTransformer
+
+from gpuslo.engine.template_limits import (
+    MAX_SUMMARY_BYTES,
+    Budget,
+    RenderRefused,
+    bounded_filter,
+    check_binop,
+    check_call,
+    checked,
+)
+
+_STEP = "gpuslo_step"  # the internal filter every loop item and `~` concatenation passes through
+# Globals a summary may call; `lipsum`, `cycler`, `joiner` and `namespace` are left out (none bounds its size).
+_GLOBALS = ("range", "dict")
+
+__all__ = ["MAX_SUMMARY_BYTES", "RenderRefused", "SummaryEnvironment", "human_bytes", "summary_environment"]
 
 
 def human_bytes(value: Any) -> str:
@@ -19,8 +44,91 @@ def human_bytes(value: Any) -> str:
     return f"{int(size)} B" if unit == "B" else f"{size:.2f} {unit}"
 
 
-def summary_environment() -> ImmutableSandboxedEnvironment:
-    """A sandbox with gpuslo's filters; None renders as `?`."""
-    env = ImmutableSandboxedEnvironment(autoescape=False, finalize=lambda v: "?" if v is None else v)
-    env.filters["bytes"] = human_bytes
-    return env
+class _Steps(NodeTransformer):
+    """Routes each `for` loop's items and each `~` concatenation through the step filter."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        node.iter = _step(node.iter)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        return _step(node)
+
+
+def _step(node: nodes.Expr) -> nodes.Filter:
+    return nodes.Filter(node, _STEP, [], [], None, None, lineno=node.lineno)
+
+
+class SummaryEnvironment(ImmutableSandboxedEnvironment):
+    """The immutable sandbox with every operation counted and sized (see the module docstring)."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "-", "/", "//", "%"})
+
+    def __init__(self) -> None:
+        # optimized=False: no constant folding at compile time, so every operation runs under the guards
+        super().__init__(autoescape=False, finalize=lambda v: "?" if v is None else v, optimized=False)
+        self.budget = Budget()
+        self.filters["bytes"] = human_bytes
+        self.filters = {name: bounded_filter(name, func, self.budget) for name, func in self.filters.items()}
+        self.filters[_STEP] = self._stepped
+        self.globals = {name: self.globals[name] for name in _GLOBALS}
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        result: nodes.Template = _Steps().visit(tree)
+        return result
+
+    def _stepped(self, value: Any) -> Any:
+        self.budget.tick()
+        if isinstance(value, str):
+            return checked(value)
+        return self._items(value)
+
+    def _items(self, iterable: Any) -> Iterator[Any]:
+        for item in iterable:
+            self.budget.tick()
+            yield item
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        self.budget.tick()
+        check_binop(operator, left, right)
+        return checked(super().call_binop(context, operator, left, right))
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        __self.budget.tick()
+        method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format / str.format_map
+        owner = getattr(method, "__self__", None)
+        if isinstance(owner, str | list | tuple | dict):
+            name = getattr(method, "__name__", "")
+            if name == "join" and args and isinstance(args[0], Iterable) and not isinstance(args[0], Sized):
+                args = (list(args[0]), *args[1:])  # a generator is measured once, then joined
+            check_call(name, owner, args, kwargs, method=True)
+        return checked(super().call(__context, __obj, *args, **kwargs))
+
+    def render(self, template_text: str, context: Mapping[str, Any]) -> str:
+        """Compile and render within the bounds (compiling is not counted: callers cache templates)."""
+        return self.render_compiled(self.from_string(template_text), context)
+
+    def render_compiled(self, template: Any, context: Mapping[str, Any]) -> str:
+        """Render a template of this environment within the bounds; the output as one string."""
+        self.budget.start()
+        pieces: list[str] = []
+        size = 0
+        for piece in template.generate(**context):
+            self.budget.tick()
+            size += len(piece)
+            if size > MAX_SUMMARY_BYTES:
+                raise RenderRefused(f"the summary is longer than {MAX_SUMMARY_BYTES} characters")
+            pieces.append(piece)
+        text = "".join(pieces)
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_SUMMARY_BYTES:
+            raise RenderRefused(f"the summary is longer than {MAX_SUMMARY_BYTES} bytes")
+        return text
+
+
+def summary_environment() -> SummaryEnvironment:
+    """A bounded sandbox with gpuslo's filters; None renders as `?`."""
+    return SummaryEnvironment()
+

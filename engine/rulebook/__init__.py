@@ -92,6 +92,10 @@ def _load_many(
         except RulebookError as exc:
             problems.extend(exc.problems)
             continue
+        except Exception as exc:  # noqa: BLE001 - a loader bug costs that file only (the fuzzer looks for these)
+            problems.append(RulebookProblem(Location(str(path)), f"could not be loaded: {type(exc).__name__}: "
+                                                                 f"{exc} (a gpuslo bug: please report it)"))
+            continue
         clashes = []
         if book.name in name_seen:
             clashes.append(

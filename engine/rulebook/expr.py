@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,10 +22,12 @@ from gpuslo.engine.rulebook.model import (
     Not,
     Or,
 )
+from gpuslo.engine.rulebook.regex import regex_problem
 from gpuslo.engine.units import duration_in, is_byte_literal, is_duration_literal, parse_bytes
 
 KEYWORDS = frozenset({"and", "or", "not", "in", "has", "contains", "matches", "true", "false"})
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+MAX_NESTING = 50  # parentheses, `not` and macros inside one another, in one condition
 _NO_NAMES: Mapping[str, str] = MappingProxyType({})
 _NO_LISTS: Mapping[str, Sequence[LiteralValue]] = MappingProxyType({})
 _TOKEN = re.compile(
@@ -104,11 +107,19 @@ class _Parser:
         lists: Mapping[str, Sequence[LiteralValue]],
         stack: tuple[str, ...],
         exact: bool,
+        depth: int = 0,
     ):
         self.text, self.kind, self.aliases, self.macros, self.lists = text, kind, aliases, macros, lists
         self.where, self.exact, self.stack = where, exact, stack
         self.tokens = tokenize(text, where, exact)
         self.i = 0
+        self.depth = depth  # how deep the parser is in parentheses, `not` and macros
+
+    def nested(self, token: Token) -> None:
+        """One level deeper; refused past MAX_NESTING (the parser and every later walk recurse per level)."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.fail(token, f"condition nests deeper than {MAX_NESTING} levels (parentheses, 'not', macros)")
 
     def locate(self, token: Token) -> Location:
         return _shift(self.where, self.text, token.pos) if self.exact else self.where
@@ -163,11 +174,16 @@ class _Parser:
         token = self.peek()
         if token.kind == "keyword" and token.text == "not":
             self.take()
-            return Not(self.parse_not())
+            self.nested(token)
+            inner = self.parse_not()
+            self.depth -= 1
+            return Not(inner)
         if token.kind == "punct" and token.text == "(":
             self.take()
+            self.nested(token)
             expr = self.parse_or()
             self.expect("punct", ")", "to close '('")
+            self.depth -= 1
             return expr
         if token.kind == "keyword" and token.text == "has":
             self.take()
@@ -186,6 +202,7 @@ class _Parser:
         if name in self.stack:
             raise self.fail(token, f"macro '{name}' refers to itself ({' -> '.join((*self.stack, name))})")
         use_site = self.locate(token)
+        self.nested(token)
         try:
             return _Parser(
                 self.macros[name],
@@ -196,12 +213,15 @@ class _Parser:
                 self.lists,
                 (*self.stack, name),
                 exact=False,
+                depth=self.depth,
             ).parse()
         except RulebookError as exc:
             inner = exc.problems[0]
             raise RulebookError(
                 [RulebookProblem(use_site, f"in macro '{name}': {inner.message}", hint=inner.hint)]
             ) from exc
+        finally:
+            self.depth -= 1
 
     def field(self, token: Token) -> tuple[FieldRef, str]:
         """Resolve a field name to a reference and its type, refusing unknown fields."""
@@ -283,6 +303,9 @@ class _Parser:
             raise self.fail(
                 token, f"list '{token.text}' holds {value!r}, but '{ref}' is {_type_word(typ)} field"
             )
+        problem = _range_problem(value) if numeric else None
+        if problem:
+            raise self.fail(token, f"list '{token.text}' holds {value!r}: {problem}")
 
     def text_match(self, op: str, ref: FieldRef, typ: str) -> Compare:
         token = self.take()
@@ -294,7 +317,7 @@ class _Parser:
         if op == "matches":
             problem = regex_problem(value)
             if problem:
-                raise self.fail(token, f"regex {token.text}: {problem}")
+                raise self.fail(token, f"regex {token.text}: {problem[0]}", problem[1])
         return Compare(op, ref, Literal(value, token.text))
 
     def value(self, ref: FieldRef, typ: str, allow_fields: bool = True) -> Literal | FieldRef:
@@ -331,6 +354,13 @@ class _Parser:
         )
 
     def number(self, token: Token, ref: FieldRef, typ: str) -> Literal:
+        literal = self._number(token, ref, typ)
+        problem = _range_problem(literal.value)
+        if problem:
+            raise self.fail(token, f"number {token.text}: {problem}")
+        return literal
+
+    def _number(self, token: Token, ref: FieldRef, typ: str) -> Literal:
         text = token.text
         if not _is_numeric(typ):
             raise self.fail(
@@ -359,6 +389,17 @@ class _Parser:
         )
 
 
+def _range_problem(value: object) -> str | None:
+    """Numbers the engine can hold: 64-bit integers (as ingest accepts) and finite floats."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return "out of the 64-bit integer range events can hold"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    return None
+
+
 def _starts_comparison(token: Token) -> bool:
     return token.kind == "op" or (
         token.kind == "keyword" and token.text in ("in", "not", "contains", "matches")
@@ -371,15 +412,6 @@ def _show(token: Token) -> str:
 
 def _fields_of(kind: str) -> list[str]:
     return [*ENVELOPE_FIELDS, *KIND_ATTRS.get(kind, {})]
-
-
-def regex_problem(pattern: str) -> str | None:
-    """Why `pattern` is not a valid Python regex, or None when it compiles (`matches` is re.search)."""
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        return f"does not compile: {exc}"
-    return None
 
 
 def parse_expression(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,8 @@ import yaml
 from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 
 MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 64  # nesting of YAML mappings and sequences; the shipped rulebooks need 8
+_BAD_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # controls, lone surrogates
 Path_ = tuple[str | int, ...]
 
 _STANDARD_TAGS = {
@@ -52,10 +55,15 @@ class _Refused(Exception):
 
 
 class _MarkedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases while composing (which also stops alias bombs)."""
+    """SafeLoader that refuses anchors and aliases while composing (which also stops alias bombs), and nesting
+    deeper than MAX_DEPTH (composing recurses once per level)."""
+
+    depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
+        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent) and self.depth >= MAX_DEPTH:
+            raise _Refused(event.start_mark, f"nesting deeper than {MAX_DEPTH} levels is not allowed in a rulebook")
         if isinstance(event, yaml.AliasEvent):
             raise _Refused(
                 event.start_mark,
@@ -69,7 +77,11 @@ class _MarkedLoader(yaml.SafeLoader):
                 f"YAML anchor '&{anchor}' is not allowed: rulebooks use "
                 "'lists' and 'macros' for reuse (this also rules out alias bombs)",
             )
-        return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _loc(filename: str, mark: yaml.Mark) -> Location:
@@ -103,9 +115,25 @@ class _Converter:
         self.styles[path] = node.style
         if node.start_mark.line != node.end_mark.line or node.style in ("|", ">"):
             self.multiline.add(path)
+        if not self._clean(node, node.value):
+            return None
         if node.tag.endswith((":timestamp", ":merge")):
             return node.value  # keep dates as written; JSON has no date type
-        return self.loader.construct_object(node, deep=True)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, KeyError, TypeError, OverflowError) as exc:  # e.g. `!!int abc`
+            self.refuse(node, f"value {node.value[:40]!r} is not a valid {node.tag.rsplit(':', 1)[-1]} ({exc})")
+            return None
+
+    def _clean(self, node: yaml.Node, text: str) -> bool:
+        """Refuse a string holding a control character or a lone surrogate (written as a YAML escape): neither
+        can be stored in PostgreSQL or shown safely."""
+        bad = _BAD_CHAR.search(text)
+        if bad is not None:
+            code = ord(bad.group())
+            self.refuse(node, f"U+{code:04X} ({'a lone surrogate' if code >= 0xD800 else 'a control character'}) "
+                              "is not allowed in rulebook text")
+        return bad is None
 
     def _mapping(self, node: yaml.MappingNode, path: Path_) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -114,6 +142,8 @@ class _Converter:
                 self.refuse(key_node, "mapping keys must be plain strings")
                 continue
             key = str(key_node.value)
+            if not self._clean(key_node, key):
+                continue
             if key in out:
                 first = self.key_marks[(*path, key)]
                 self.refuse(key_node, f"duplicate key '{key}' (first at line {first.line})")
@@ -123,10 +153,20 @@ class _Converter:
         return out
 
 
+def _reader_location(text: str, filename: str, position: int) -> Location:
+    before = text[:position]
+    return Location(filename, before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1)
+
+
 def _compose(text: str, filename: str) -> tuple[yaml.Node | None, _MarkedLoader]:
-    loader = _MarkedLoader(text)
+    try:
+        loader = _MarkedLoader(text)  # the reader checks every character here
+    except yaml.reader.ReaderError as exc:
+        raise _reader_error(text, filename, exc) from exc
     try:
         return loader.get_single_node(), loader
+    except yaml.reader.ReaderError as exc:
+        raise _reader_error(text, filename, exc) from exc
     except _Refused as exc:
         raise RulebookError([RulebookProblem(_loc(filename, exc.mark), exc.message)]) from exc
     except yaml.MarkedYAMLError as exc:
@@ -140,6 +180,13 @@ def _compose(text: str, filename: str) -> tuple[yaml.Node | None, _MarkedLoader]
         raise RulebookError([RulebookProblem(Location(filename), f"YAML error: {exc}")]) from exc
     finally:
         loader.dispose()
+
+
+def _reader_error(text: str, filename: str, exc: yaml.reader.ReaderError) -> RulebookError:
+    """A character YAML does not allow (NUL, other controls): where it is, and which it is."""
+    where = _reader_location(text, filename, exc.position)
+    what = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+    return RulebookError([RulebookProblem(where, f"character {what} is not allowed in YAML ({exc.reason})")])
 
 
 def decode(raw: bytes, filename: str) -> str:
@@ -157,10 +204,11 @@ def decode(raw: bytes, filename: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
+        col = len(raw[raw.rfind(b"\n", 0, exc.start) + 1: exc.start].decode("utf-8", "replace")) + 1
         raise RulebookError(
             [
                 RulebookProblem(
-                    Location(filename, line), f"file is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+                    Location(filename, line, col), f"file is not valid UTF-8 (byte {exc.start}: {exc.reason})"
                 )
             ]
         ) from exc

@@ -23,10 +23,17 @@ def template_problems(doc: Document, path: Path_, text: object, rule: str | None
     try:
         tree = env.parse(text)
         undeclared = jinja2.meta.find_undeclared_variables(tree)  # also checks that every filter exists
+        env.compile(tree)  # what the explainer runs: a template nested too deeply for Python fails here, at load
     except jinja2.TemplateError as exc:  # syntax errors, and assertions such as an unknown filter
         line = getattr(exc, "lineno", None)
         where = f" (template line {line})" if line else ""
         yield RulebookProblem(doc.at(path), f"summary template: {exc.message}{where}", rule)
+        return
+    except (RecursionError, MemoryError, SyntaxError, ValueError, OverflowError) as exc:
+        deep = isinstance(exc, RecursionError | MemoryError)
+        why = "it nests too deeply" if deep else f"{type(exc).__name__}: {exc}"
+        yield RulebookProblem(doc.at(path), f"summary template cannot be compiled: {why}", rule,
+                              "keep a summary to a sentence with a few {{ fields }} and {% if %} blocks")
         return
     for name in sorted(undeclared - set(TEMPLATE_NAMES)):
         yield RulebookProblem(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpuslo.engine.errors import Location, RulebookError
-from gpuslo.engine.rulebook.expr import parse_expression, regex_problem
+from gpuslo.engine.rulebook.expr import parse_expression
 from gpuslo.engine.rulebook.model import And, Compare, Exists, FieldRef, Literal, Not, Or
+from gpuslo.engine.rulebook.regex import HINT, regex_problem
 
 AT = Location("r.yaml", 7, 11)
 MACROS = {"big_request": "requested_bytes >= 1GiB", "loop": "loop", "broken": "nope > 1",
@@ -127,18 +128,43 @@ def test_multiline_expression_uses_the_node_location() -> None:
 
 
 def test_regex_that_does_not_compile_is_refused() -> None:
-    assert regex_problem("(") == "does not compile: missing ), unterminated subpattern at position 0"
+    assert regex_problem("(") == ("does not compile under RE2: missing ): (", None)
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"NCCL.*", r"^Xid \d{2}$", r"(?i)out of memory", r"\bword\b", r"[]a]", "\\[x\\]"])
-def test_any_python_regex_is_accepted(pattern: str) -> None:
+    "pattern", [r"NCCL.*", r"^Xid \d{2}$", r"(?i)out of memory", r"\bword\b", r"[]a]", "\\[x\\]", r"^(a+)+$",
+                r"(?P<rank>\d+)", r"\z", r"a{2,5}?"])
+def test_any_re2_regex_is_accepted(pattern: str) -> None:
     assert regex_problem(pattern) is None
+
+
+@pytest.mark.parametrize(("pattern", "what"), [
+    (r"(a)\1", "backreferences ('\\1')"),
+    (r"(?P<n>a)(?P=n)", "named backreferences '(?P=name)'"),
+    (r"(?=a)b", "lookahead '(?=...)' / '(?!...)'"),
+    (r"a(?!b)", "lookahead '(?=...)' / '(?!...)'"),
+    (r"(?<=a)b", "lookbehind '(?<=...)' / '(?<!...)'"),
+    (r"(?>a)", "atomic groups '(?>...)'"),
+    (r"a++", "possessive quantifiers ('++', '*+', '?+')"),
+    (r"x\Z", "'\\Z' (write '\\z' or '$')"),
+])
+def test_what_re2_cannot_run_is_named_with_a_hint(pattern: str, what: str) -> None:
+    problem = regex_problem(pattern)
+    assert problem is not None and problem[0].startswith(f"RE2 does not support {what} (") and problem[1] == HINT
+
+
+def test_a_backreference_is_a_located_rulebook_error_with_the_hint() -> None:
+    with pytest.raises(RulebookError) as caught:
+        parse_expression(r"detail matches '(x)\1'", "gpu_xid", location=Location("r.yaml", 7, 11))
+    (problem,) = caught.value.problems
+    assert str(problem) == (
+        "r.yaml:7:26: regex '(x)\\1': RE2 does not support backreferences ('\\1') (invalid escape sequence: \\1) "
+        f"({HINT})")
 
 
 def test_matches_error_points_at_the_regex() -> None:
     assert error("detail matches 'x(3'", "gpu_xid") == (
-        "r.yaml:7:26: regex 'x(3': does not compile: missing ), unterminated subpattern at position 1")
+        "r.yaml:7:26: regex 'x(3': does not compile under RE2: missing ): x(3")
 
 
 def test_str_round_trips_source_spelling() -> None:

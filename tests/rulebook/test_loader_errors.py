@@ -113,7 +113,7 @@ def test_file_over_one_mib_refused_before_parsing(tmp_path: Path) -> None:
 def test_non_utf8_refused(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"rulebook: x\ndescription: caf\xe9\n")
-    assert problems_of(path) == [f"{path}:2: file is not valid UTF-8 (byte 28: invalid continuation byte)"]
+    assert problems_of(path) == [f"{path}:2:17: file is not valid UTF-8 (byte 28: invalid continuation byte)"]
 
 
 def test_structure_problems(rulebook_text: Callable[..., str]) -> None:
@@ -218,3 +218,86 @@ def test_a_pattern_name_that_is_no_string_is_reported_not_a_crash(rulebook_text)
     problems = text_problems(text)
     assert problems and all(p.startswith("t.yaml:") for p in problems)
     assert any("name" in p for p in problems)
+
+
+# ---- hostile files: limits and characters, each a located error (never a RecursionError or ReaderError) ----
+
+
+def test_ten_thousand_levels_of_nesting_is_one_located_error() -> None:
+    assert text_problems("a: " + "[" * 10_000 + "]" * 10_000 + "\n") == [
+        "t.yaml:1:67: nesting deeper than 64 levels is not allowed in a rulebook"]
+
+
+def test_a_nul_byte_and_other_control_characters_are_located(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text()
+    assert text_problems(text.replace("restart", "re\x00start")) == [
+        "t.yaml:18:20: character U+0000 is not allowed in YAML (special characters are not allowed)"]
+    assert text_problems(text.replace("restart", "re\x1bstart")) == [
+        "t.yaml:18:20: character U+001B is not allowed in YAML (special characters are not allowed)"]
+
+
+@pytest.mark.parametrize(("escape", "what"), [
+    ("\\0", "U+0000 (a control character)"), ("\\x07", "U+0007 (a control character)"),
+    ("\\ud800", "U+D800 (a lone surrogate)")])
+def test_escapes_that_postgresql_cannot_store_are_refused(rulebook_text: Callable[..., str], escape: str,
+                                                         what: str) -> None:
+    text = rulebook_text().replace("remediation: restart", f'remediation: "re{escape}start"')
+    assert text_problems(text) == [f"t.yaml:18:18: {what} is not allowed in rulebook text"]
+
+
+def test_an_explicit_tag_whose_value_does_not_fit_is_located(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text().replace("remediation: restart", "remediation: !!bool maybe")
+    assert text_problems(text) == ["t.yaml:18:18: value 'maybe' is not a valid bool ('maybe')"]
+
+
+@pytest.mark.parametrize("condition", [
+    "(" * 5000 + "requested_bytes >= 1" + ")" * 5000, "not " * 5000 + "big_request"])
+def test_conditions_nested_past_the_limit_are_located(rulebook_text: Callable[..., str], condition: str) -> None:
+    (problem,) = text_problems(rulebook_text(condition=condition))
+    assert problem.startswith("t.yaml:16:") and problem.endswith(
+        'rule "r1": condition nests deeper than 50 levels (parentheses, \'not\', macros)')
+
+
+def test_a_chain_of_macros_past_the_limit_is_located(rulebook_text: Callable[..., str]) -> None:
+    chain = "".join(f"  m{i}: m{i + 1}\n" for i in range(200)) + "  m200: requested_bytes >= 1\n"
+    text = rulebook_text(condition="m0").replace("  big_request: requested_bytes >= 1GiB\n", chain)
+    (problem,) = text_problems(text)
+    assert problem.startswith('t.yaml:216:11: rule "r1": in macro \'m0\': in macro \'m1\':')
+    assert problem.endswith("condition nests deeper than 50 levels (parentheses, 'not', macros)")
+
+
+@pytest.mark.parametrize(("condition", "why"), [
+    ("requested_bytes >= 99999999999999999999", "out of the 64-bit integer range events can hold"),
+    ("requested_bytes >= 9999999999999TiB", "out of the 64-bit integer range events can hold"),
+    ("requested_bytes >= " + "9" * 400 + ".5", "not a finite number")])
+def test_numbers_the_engine_cannot_hold_are_refused(rulebook_text: Callable[..., str], condition: str,
+                                                   why: str) -> None:
+    (problem,) = text_problems(rulebook_text(condition=condition))
+    assert problem.startswith('t.yaml:16:30: rule "r1": number ') and problem.endswith(f": {why}")
+
+
+def test_a_summary_nested_too_deeply_for_python_is_refused_at_load(rulebook_text: Callable[..., str]) -> None:
+    text = rulebook_text().replace('"{{ event.host }}"', '"{{ ' + "(" * 3000 + "1" + ")" * 3000 + ' }}"')
+    assert text_problems(text) == [
+        't.yaml:17:14: rule "r1": summary template cannot be compiled: it nests too deeply '
+        "(keep a summary to a sentence with a few {{ fields }} and {% if %} blocks)"]
+
+
+def test_a_loader_bug_costs_only_its_file(tmp_path: Path, rulebook_text: Callable[..., str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuslo.engine.rulebook as rulebook_package
+
+    (tmp_path / "a.yaml").write_text(rulebook_text())
+    (tmp_path / "b.yaml").write_text(rulebook_text().replace("mini", "other").replace("id: r1", "id: r2"))
+    real = rulebook_package.load_rulebook
+
+    def flaky(path: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+        if path.name == "a.yaml":
+            raise KeyError("a bug")
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rulebook_package, "load_rulebook", flaky)
+    good, problems = load_directory(tmp_path)
+    assert [b.name for b in good] == ["other"]
+    assert [str(p) for p in problems] == [
+        f"{tmp_path / 'a.yaml'}: could not be loaded: KeyError: 'a bug' (a gpuslo bug: please report it)"]
