@@ -24,7 +24,13 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     _ISO + r" (?:stdout|stderr) [FP] ",
     _ISO + _SYSLOG_HOST,  # journalctl -o short-iso
     _SYSLOG_TIME + _SYSLOG_HOST,
+    # SGLang: "[2024-10-22 06:31:49 TP0] ", "[2025-01-01 10:00:00 DP1 TP3] "
+    r"\[" + _ISO + r"(?: (?:TP|DP|PP|EP)\d+)+\] ",
     r"\[?" + _ISO + r"\]?:?\s+",
+    # TensorRT's trtexec/logger ("[05/25/2023-20:44:13] [W] ", "[TRT] [E] ") and TensorRT-LLM's ("[TensorRT-LLM][ERROR] ")
+    r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] (?:\[[VIWEF]\] )?",
+    r"(?:\[TRT\] )?\[[VIWEF]\] (?:\[TRT\] )?",
+    r"\[TensorRT-LLM\](?:\[[A-Z]+\])+ ",
     # dmesg -T
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*",
     r"\[\s*\d+\.\d+\]\s*",  # dmesg uptime
