@@ -11,6 +11,7 @@ from typing import Any
 
 from jinja2 import Template, TemplateError
 
+from gpuslo.engine.cascades import analyze_cascade
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
 from gpuslo.engine.rulebook.compile import negation_normal_form
@@ -192,8 +193,11 @@ class SummaryRenderer:
                 template = self._templates[rule.summary] = self._env.from_string(rule.summary)
             # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
             hang = analyze_hang(evidence) if "collective" in rule.summary else None
+            # `cascade`: the root and the cascades among the evidence (engine/cascades.py)
+            cascade = analyze_cascade(evidence) if "cascade" in rule.summary else None
             text = template.render(event=event.to_dict(), group=dict(group),
-                                   collective=hang.to_dict() if hang else None)
+                                   collective=hang.to_dict() if hang else None,
+                                   cascade=cascade.to_dict() if cascade else None)
             return " ".join(text.split()) or self.fallback(rule, group)
         except (TemplateError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             log.warning("summary of rule %s failed to render (%s); using the default text", rule.id, exc)

@@ -35,7 +35,7 @@ def _pg_work(text: str) -> Found:
     "failure detected by watchdog at work sequence id: N PG status: last enqueued work: M, last completed work:
     K" (2.5+)."""
     return Found("nccl_timeout", _clean({
-        "seq": _int(r"(?:NCCL\s*work|sequence\s*id):\s*(\d+)", text),
+        "seq": _int(r"(?:NCCL\s*work|sequence\s*id|watchdog\s*at\s*work):\s*(\d+)", text),
         "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
         "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
         "pg": _pg(text)}), rank=_pg_rank(text))
@@ -96,7 +96,8 @@ def _nccl_op_failed(text: str) -> Found:
 
 NCCL_FAMILIES: tuple[Family, ...] = (
     Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed),
-    Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"), _pg_work,
+    Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"
+                         r"|detected by watchdog at work: \d"), _pg_work,
            complete=_c(r"last\s*completed\s*(?:NCCL\s*)?work:\s*-?\d"), max_lines=3),
     Family("store_timeout", _c(r"client socket has timed out after \d+ms|DistStoreError: (?:Timed out after \d+ "
                                r"seconds|wait timeout after \d+ms)|Socket Timeout"), _store_timeout),
