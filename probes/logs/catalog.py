@@ -23,8 +23,9 @@ _MORE_WORDS: tuple[bytes, ...] = (
     b"HIP error", b"HIP out of memory", b"cudaError", b"UDNN_STATUS", b"thread: [", b"ried to allocate",
     b"tored in KV cache", b"Not enough memory", b"cudaMalloc failed", b"failed to allocate CUDA",
     b"equested amount of GPU memory", b"CNMEM_STATUS", b"Failed to allocate CUDA", b"XidCritical",
-    b"marked unhealthy", b"DCGM_FR_", b"SXid", b"NVSwitch", b"fabricmanager", b"uda Runtime",
-    b"failed with error",
+    b"marked unhealthy", b"DCGM_FR_", b"SXid", b"NVSwitch", b"fabricmanager", b"fabric manager config", b"NvLink link", b"uda Runtime",
+    b"failed with error", b"illegal memory access", b"device-side assert", b"unspecified launch failure",
+    b"ECC error encountered", b"legacy stream", b"unjoined work",
 )
 TRIGGER_WORDS: tuple[bytes, ...] = patterns.TRIGGER_WORDS + _MORE_WORDS
 TRIGGER = re.compile(patterns.TRIGGER.pattern + b"|" + b"|".join(re.escape(word) for word in _MORE_WORDS))

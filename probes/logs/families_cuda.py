@@ -133,6 +133,11 @@ CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
                                  r"|cudaStreamEndCapture\b.{0,80}\bfailed|stream capture (?:failed|invalidated)"),
            _capture_generic),
     Family("cuda_named", _c(r"\b(?:cuda|hip)Error[A-Z]\w+"), _named_status),
+    Family("cuda_phrase", _c(r"CUDA driver version is insufficient for CUDA runtime version|no CUDA-capable device is"
+                             r" detected|an illegal memory access was encountered|device-side assert triggered"
+                             r"|unspecified launch failure|uncorrectable ECC error encountered|operation would make "
+                             r"the legacy stream depend on a capturing blocking stream|capturing stream has unjoined work"
+                             r"|operation not permitted when stream is capturing"), _named_status),
     # C++ wrappers: "cudaGraphExecUpdate(...) failed with error the graph update was not performed ..."
     Family("cuda_call_failed", _c(r"\bcu[A-Za-z]\w*\(.*\) failed with error "), _named_status),
 )

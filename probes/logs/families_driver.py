@@ -75,6 +75,12 @@ def _fm_failed(text: str) -> Found:
     return Found("gpu_fault", {"fault": "fabric_manager_failed", "detail": text.strip()[:1024]})
 
 
+def _nvlink_down(text: str) -> Found:
+    """dcgmi diag: "GPU 0's NvLink link 3 is currently down" (a Warning row of its table)."""
+    return Found("gpu_fault", {"fault": "nvlink_down", "detail": text.strip(" |")[:1024]},
+                 gpu=_int(r"GPU (\d+)(?:GPU \d+)?'s NvLink", text))
+
+
 def _uuid(text: str) -> str | None:
     match = re.search(r"\b(GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})\b", text)
     return match.group(1) if match else None
@@ -128,7 +134,9 @@ DRIVER_FAMILIES: tuple[Family, ...] = (
     Family("nvswitch_sxid", _c(r"SXid \((?:PCI:)?[0-9a-fA-F]"), _sxid),
     Family("fm_nvswitch", _c(r"detected NVSwitch (?:non-)?fatal error \d+"), _fm_nvswitch),
     Family("fm_failed", _c(r"request to query NVSwitch device information from NVSwitch driver failed"
-                           r"|nvidia-fabricmanager\.service(?::)? [Ff]ailed"), _fm_failed),
+                           r"|nvidia-fabricmanager\.service(?::)? [Ff]ailed|fabric manager config file item: .{0,80}"
+                           r"invalid value|nv-fabricmanager .{0,120}failed! Exit code"), _fm_failed),
+    Family("nvlink_down", _c(r"GPU \d+(?:GPU \d+)?'s NvLink link \d+ is currently down"), _nvlink_down),
     Family("device_plugin_xid", _c(r"XidCriticalError: Xid=\d+"), _device_plugin_xid, complete=_c(r"marked unhealthy"),
            max_lines=2, joiner="\n", accept=_c(r"device marked unhealthy")),
     Family("marked_unhealthy", _c(r"device marked unhealthy: GPU-"), _marked_unhealthy),

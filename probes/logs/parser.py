@@ -224,7 +224,8 @@ class LogParser:
         who = _Who(rank=found.rank if found.rank is not None else first.rank,
                    pid=found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid,
                    gpu=found.gpu if found.gpu is not None else first.gpu, log_host=first.log_host)
-        if self._echo(found, pending.offset, who):
+        # a driver or fabric fault is the device's, whichever daemon's pid the syslog line carries
+        if self._echo(found, pending.offset, replace(who, pid=None) if found.kind == "gpu_fault" else who):
             return []
         return [self._event(found, pending, who)]
 

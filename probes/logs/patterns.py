@@ -196,7 +196,7 @@ _CUDA_TEXT = re.compile(
     r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
-    r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[a-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
+    r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver")
 
@@ -412,7 +412,7 @@ FAMILIES: tuple[Family, ...] = (
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \(|CUDA runtime "
                              r"error in |HIP error:"), _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
-           accept=_c(r"^\s*(?:current device: \d+|cu[a-z]\w*\(.*\)\s*$)")),
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),
 )

@@ -48,6 +48,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # glog / c10 / absl: "[E ProcessGroupNCCL.cpp:475] ", "[E1015 12:34:56.7 ProcessGroupNCCL.cpp:616] ",
     # "E0101 12:00:00.000000 1234 client.cc:12] ", TF's "W tensorflow/core/x.cc:12] "
     r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? [\w./-]+:\d+\]\s?",
+    # mpirun's rank tag in front of NCCL's prefix: "[2] node0:13572:13640 [1] "
+    r"\[(?P<mpirank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )",
     # NCCL's own "host:pid:tid [cudaDev] "
     r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
 ))
@@ -137,7 +139,7 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
             break
         groups = match.groupdict()
         moment = moment or _time_of(groups, clock)
-        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank"))
+        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank"))
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
                                                or groups.get("syspid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))

@@ -75,6 +75,12 @@ CUDA_ERRORS: dict[str, tuple[str, int]] = {
     "hardware stack error": ("cudaErrorHardwareStackError", 714),
     "CUDA-capable device(s) is/are busy or unavailable": ("cudaErrorDevicesUnavailable", 46),
     "peer access is not supported between these two devices": ("cudaErrorPeerAccessUnsupported", 217),
+    "invalid pitch argument": ("cudaErrorInvalidPitchValue", 12),
+    "invalid device pointer": ("cudaErrorInvalidDevicePointer", 17),
+    "invalid memcpy direction": ("cudaErrorInvalidMemcpyDirection", 21),
+    "all CUDA-capable devices are busy or unavailable": ("cudaErrorDevicesUnavailable", 46),
+    "forward compatibility was attempted on non supported HW": ("cudaErrorCompatNotSupportedOnDevice", 804),
+    "the provided PTX was compiled with an unsupported toolchain.": ("cudaErrorUnsupportedPtxVersion", 222),
     "unknown error": ("cudaErrorUnknown", 999),
 }
 _CUDA_ERRORS_LOWER = {text.lower(): value for text, value in CUDA_ERRORS.items()}
