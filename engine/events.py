@@ -95,8 +95,8 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_bytes", "_ms", "_us", "_s")
-_NON_NEGATIVE_NAMES = frozenset({"tokens", "stalls", "seq", "dropped", "last_enqueued_seq", "last_completed_seq", "sxid",
-                                 "requested_tokens", "available_tokens"})
+_NON_NEGATIVE_NAMES = frozenset({"tokens", "stalls", "seq", "dropped", "last_enqueued_seq", "last_completed_seq",
+                                 "sxid", "requested_tokens", "available_tokens"})
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
 MESSAGE_MAX = 8192
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 import re
 
 from gpuslo.probes.logs.patterns import (
-    _CUDA_TEXT,
     Family,
     Found,
     _api,
     _c,
     _clean,
-    _cuda,
     _cuda_gpu,
     _first,
     _gpu_any,
@@ -113,10 +111,6 @@ def _alloc_failed(text: str) -> Found:
                                      "error_name": "cudaErrorMemoryAllocation", "error_code": 2}), gpu=gpu)
 
 
-def _ggml_block(text: str) -> Found | None:
-    return _cuda(text)
-
-
 CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("cudnn_status", _c(r"\bCUDNN_STATUS_(?!SUCCESS)[A-Z]"), _cudnn),
     Family("device_assert", _c(r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"), _device_assert),
@@ -136,10 +130,9 @@ CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("cuda_phrase", _c(r"CUDA driver version is insufficient for CUDA runtime version|no CUDA-capable device is"
                              r" detected|an illegal memory access was encountered|device-side assert triggered"
                              r"|unspecified launch failure|uncorrectable ECC error encountered|operation would make "
-                             r"the legacy stream depend on a capturing blocking stream|capturing stream has unjoined work"
+                             r"the legacy stream depend on a capturing blocking stream"
+                             r"|capturing stream has unjoined work"
                              r"|operation not permitted when stream is capturing"), _named_status),
     # C++ wrappers: "cudaGraphExecUpdate(...) failed with error the graph update was not performed ..."
     Family("cuda_call_failed", _c(r"\bcu[A-Za-z]\w*\(.*\) failed with error "), _named_status),
 )
-__all__ = ["CUDA_FAMILIES_AFTER", "CUDA_FAMILIES_BEFORE", "_CAPTURE_FAILED", "_CUDA_TEXT", "_capture_failed",
-           "_ggml_block"]

@@ -59,8 +59,9 @@ def _sxid(text: str) -> Found | None:
     match = re.search(r"SXid \((?:PCI:)?([^)]+)\):\s*(\d+),?\s*(.*)", text)
     if not match:
         return None
-    return Found("gpu_fault", _clean({"fault": "nvswitch_sxid", "sxid": int(match.group(2)),
-                                      "pci_bus": _pci(match.group(1)), "detail": match.group(3).strip()[:1024] or None}))
+    return Found("gpu_fault", _clean({
+        "fault": "nvswitch_sxid", "sxid": int(match.group(2)), "pci_bus": _pci(match.group(1)),
+        "detail": match.group(3).strip()[:1024] or None}))
 
 
 def _fm_nvswitch(text: str) -> Found:
@@ -126,10 +127,12 @@ DRIVER_FAMILIES: tuple[Family, ...] = (
                          r"|Timeout waiting for RPC from GSP)"), _gsp_rpc),
     # "RmInitAdapter: Cannot initialize GSP firmware RM" comes before the "RmInitAdapter failed!" line of the GPU
     Family("rm_init", _c(r"NVRM: .{0,80}(?:RmInitAdapter failed|rm_init_adapter failed|Cannot initialize GSP firmware"
-                         r"|osInitNvMapping failed)"), _rm_init, complete=_c(r"RmInitAdapter failed|rm_init_adapter failed"),
-           max_lines=3, joiner="\n", accept=_c(r"^\s*NVRM: "), strict=True),
+                         r"|osInitNvMapping failed)"), _rm_init,
+           complete=_c(r"RmInitAdapter failed|rm_init_adapter failed"), max_lines=3, joiner="\n",
+           accept=_c(r"^\s*NVRM: "), strict=True),
     Family("nvrm_memory", _c(r"NVRM: .{0,120}(?:[Uu]ncorrectable (?:ECC|memory|error)|[Dd]ouble[- ][Bb]it|\bDBE\b"
-                             r"|[Rr]ow[- ]?[Rr]emap\w*\s*(?:[Ff]ailure|failed)|[Pp]age [Rr]etirement\s*(?:failure|failed))"),
+                             r"|[Rr]ow[- ]?[Rr]emap\w*\s*(?:[Ff]ailure|failed)"
+                             r"|[Pp]age [Rr]etirement\s*(?:failure|failed))"),
            _memory),
     Family("nvswitch_sxid", _c(r"SXid \((?:PCI:)?[0-9a-fA-F]"), _sxid),
     Family("fm_nvswitch", _c(r"detected NVSwitch (?:non-)?fatal error \d+"), _fm_nvswitch),

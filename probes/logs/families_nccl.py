@@ -95,7 +95,17 @@ def _nccl_op_failed(text: str) -> Found:
                                        "detail": reason.group(1).strip()[:1024] if reason else None}))
 
 
+def _nccl_error_number(text: str) -> Found:
+    """PyTorch 1.x: "RuntimeError: NCCL Error 2: unhandled system error"."""
+    code = _int(r"NCCL Error (\d+):", text)
+    name = next((n for n, c in _NCCL_RESULTS.values() if c == code), None)
+    detail = text.split(":", 2)[-1].strip() if text.count(":") >= 2 else None
+    return Found("nccl_error", _clean({"error_name": name, "error_code": code,
+                                       "detail": (detail or "")[:1024] or None}), rank=_first_rank(text))
+
+
 NCCL_FAMILIES: tuple[Family, ...] = (
+    Family("nccl_error_number", _c(r"NCCL Error \d+: "), _nccl_error_number),
     Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed),
     Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"
                          r"|detected by watchdog at work: \d"), _pg_work,

@@ -31,6 +31,7 @@ _SAME_INCIDENT: dict[str, tuple[str, ...]] = {
 # Names a family gives when the line names no status; a copy with the real name is the same incident.
 _UNNAMED = frozenset({"CUDAGraphCaptureError"})
 _WRAPPED = re.compile(r"[\])a-z,.;]")  # how a hard-wrapped remainder starts
+_RECORD_HEAD = re.compile(r"[\w.]+(?:Error|Exception|Warning)\b|\w+\(\):")  # ... and a record never does
 _INTERLEAVED = 4  # lines of other printers a strict block may skip (another NCCL thread's line between its two)
 _PREFILTER = Prefilter(TRIGGER_WORDS, TRIGGER)  # immutable once built; sharing it between parsers is safe
 
@@ -82,14 +83,16 @@ class LogParser:
         self._pending: _Pending | None = None
         self._recent: deque[tuple[int, _Who, tuple[Any, ...]]] = deque()
         self._previous: Line | None = None
+        self._skipped_line: bytes | None = None  # the physical line before a line the scan jumped to
 
     @property
     def pending_offset(self) -> int | None:
         """Offset of the first line of an incident still being assembled, if any."""
         return self._pending.offset if self._pending else None
 
-    def feed(self, raw: bytes | str, offset: int, key: str | None = None) -> list[Event]:
-        """One physical line (without or with its newline) that starts at byte `offset`."""
+    def feed(self, raw: bytes | str, offset: int, key: str | None = None, may_start: bool = True) -> list[Event]:
+        """One physical line (without or with its newline) that starts at byte `offset`; `may_start` False: the
+        prefilter found no trigger word in it, so it can only continue an incident."""
         if isinstance(raw, bytes):
             raw = raw[: self._settings.max_line_bytes].decode("utf-8", errors="replace")
         else:
@@ -98,14 +101,20 @@ class LogParser:
         for index, part in enumerate(segments(raw.rstrip("\r\n"))):
             where = key if key is not None else str(offset)
             line = self._unwrap(normalise(part, self._clock))
-            events.extend(self._line(line, offset, where if index == 0 else f"{where}.{index}"))
+            events.extend(self._line(line, offset, where if index == 0 else f"{where}.{index}", may_start))
         return events
 
     def _unwrap(self, line: Line) -> Line:
         """A line a terminal or a paste hard-wrapped has no prefix of its own and starts mid-sentence (`] Watch
         dog caught ...`, `onds without ...`): it is still the previous line's rank, pid and GPU."""
         previous, self._previous = self._previous, line
-        if previous is None or line.text != line.raw or not _WRAPPED.match(line.text):
+        if line.text != line.raw or not _WRAPPED.match(line.text) or _RECORD_HEAD.match(line.text):
+            self._skipped_line = None
+            return line
+        if self._skipped_line is not None:  # the scan jumped here: the line before was not fed
+            previous = normalise(self._skipped_line.decode("utf-8", errors="replace").rstrip("\r\n"), self._clock)
+        self._skipped_line = None
+        if previous is None:
             return line
         self._previous = line = replace(line, time=line.time or previous.time, rank=previous.rank,
                                         pid=previous.pid, gpu=previous.gpu, log_host=previous.log_host,
@@ -119,13 +128,16 @@ class LogParser:
         pos, end = start, buf.rfind(b"\n") + 1
         starts = self._prefilter.starts(buf, start, end)
         while pos < end:
+            index = bisect_left(starts, pos)
             if self._pending is None:
-                index = bisect_left(starts, pos)
                 if index == len(starts):
                     break
-                pos = max(pos, buf.rfind(b"\n", pos, starts[index]) + 1)
+                jump = max(pos, buf.rfind(b"\n", pos, starts[index]) + 1)
+                self._skipped_line = buf[buf.rfind(b"\n", 0, jump - 1) + 1:jump] if jump > pos else None
+                pos = jump
             stop = buf.find(b"\n", pos, end) + 1
-            events.extend(self.feed(buf[pos:stop], base + pos))
+            hit = index < len(starts) and starts[index] < stop
+            events.extend(self.feed(buf[pos:stop], base + pos, may_start=hit))
             pos = stop
         return events
 
@@ -137,27 +149,29 @@ class LogParser:
     def forget(self) -> None:
         """Drop pending and recent state: the file was truncated or replaced."""
         self._pending = None
-        self._previous = None
+        self._previous = self._skipped_line = None
         self._recent.clear()
 
     # ---- assembly ----
 
-    def _line(self, line: Line, offset: int, key: str) -> list[Event]:
+    def _line(self, line: Line, offset: int, key: str, may_start: bool = True) -> list[Event]:
         events: list[Event] = []
         if self._pending is not None:
             pending = self._pending
             if pending.family.strict and not line.text.strip():
                 return []
-            if self._interleaved(pending, line) and getattr(self._family_of(line), "complete", None) is None:
-                pending.skipped += 1  # another printer's line, at most a one-line incident of its own
-                return self._start(line, offset, key)
+            if self._interleaved(pending, line):
+                family = self._family_of(line) if may_start else None
+                if family is None or family.complete is None:
+                    pending.skipped += 1  # another printer's line, at most a one-line incident of its own
+                    return self._start(line, offset, key) if family else []
             if self._continues(pending, line):
                 pending.lines.append(line)
                 if self._complete(pending) or len(pending.lines) >= pending.family.max_lines:
                     return self.flush()
                 return []
             events.extend(self.flush())
-        return events + self._start(line, offset, key)
+        return events + self._start(line, offset, key) if may_start else events
 
     @staticmethod
     def _family_of(line: Line) -> Family | None:

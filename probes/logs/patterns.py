@@ -14,20 +14,6 @@ from typing import Any
 from gpuslo.engine.events import canonical_pci_bus
 from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, SIZE, cuda_status, find_status, to_bytes
 
-# The prefilter: every family's start contains one of these, so lines without them are never parsed. Each
-# branch begins at a character that is rare in ordinary log text (re tries a match at every occurrence of a
-# branch's first character), and no branch begins with a character class (that turns off re's prefix scan).
-TRIGGER = re.compile(
-    rb"U(?:DA|BLAS| is lost| has fallen)|_(?:EXHAUSTED|bfc\) ran out)|W(?:atchdog|orkNCCL)|H(?:eartbeat|C)"
-    rb"|L (?:error|WARN|communicator)|vailable memory for|V(?:RM| cache is needed)|'s watchdog"
-    rb"|Error(?:StreamCapture|CapturedEvent)|M(?:emoryError| when allocating)|Timed out waiting")
-# TRIGGER spelled out word by word, for the one-pass automaton (probes/logs/prefilter.py); a test keeps the two equal.
-TRIGGER_WORDS: tuple[bytes, ...] = (
-    b"UDA", b"UBLAS", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog", b"WorkNCCL",
-    b"Heartbeat", b"HC", b"L error", b"L WARN", b"L communicator", b"vailable memory for", b"VRM",
-    b"V cache is needed", b"'s watchdog", b"ErrorStreamCapture", b"ErrorCapturedEvent", b"MemoryError",
-    b"M when allocating", b"Timed out waiting")
-
 
 @dataclass(frozen=True)
 class Found:
@@ -409,8 +395,8 @@ FAMILIES: tuple[Family, ...] = (
            complete=_c(r"threshold"), max_lines=4),
     # ggml follows its "CUDA error: ..." with "  current device: N, in function ..." and the failed call
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
-                             r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \(|CUDA runtime "
-                             r"error in |HIP error:"), _cuda_or_cublas,
+                             r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
+                             r"|CUDA runtime error in |HIP error:"), _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
            accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"

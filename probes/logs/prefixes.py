@@ -27,7 +27,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # SGLang: "[2024-10-22 06:31:49 TP0] ", "[2025-01-01 10:00:00 DP1 TP3] "
     r"\[" + _ISO + r"(?: (?:TP|DP|PP|EP)\d+)+\] ",
     r"\[?" + _ISO + r"\]?:?\s+",
-    # TensorRT's trtexec/logger ("[05/25/2023-20:44:13] [W] ", "[TRT] [E] ") and TensorRT-LLM's ("[TensorRT-LLM][ERROR] ")
+    # TensorRT's trtexec/logger ("[05/25/2023-20:44:13] [W] ", "[TRT] [E] "), TensorRT-LLM's ("[TensorRT-LLM][ERROR] ")
     r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] (?:\[[VIWEF]\] )?",
     r"(?:\[TRT\] )?\[[VIWEF]\] (?:\[TRT\] )?",
     r"\[TensorRT-LLM\](?:\[[A-Z]+\])+ ",

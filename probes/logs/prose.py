@@ -16,7 +16,8 @@ from gpuslo.probes.logs.prefixes import Line
 
 # in front of the token: an exception or throw, a bracketed logger or location, a source location, a level
 _STRUCTURED_HEAD = re.compile(
-    r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\||(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
+    r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
+    r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
     r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:)")
 _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers and names have capitals or _)
@@ -28,8 +29,8 @@ _PROSE_TAIL = re.compile(
 _CODE_HEAD = re.compile(r"(?:\bcase|\breturn|#define|\benum|==|!=|\bif\s*\(|\bexcept|\bcatch)\s*[(\"'`]*$")
 _QUOTED_HEAD = re.compile(r"[`'\"“‘]\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]\s|\|\s|\d+\.\s+\S)")
-_ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STATUS_\w+|\bDCGM_FR_\w+|\bnccl[A-Z]\w*Error\b"
-                          r"|\bCUBLAS_STATUS_\w+")
+_ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STATUS_\w+|\bDCGM_FR_\w+"
+                          r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
 
 

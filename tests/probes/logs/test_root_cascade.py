@@ -73,3 +73,22 @@ def test_an_oom_on_one_rank_is_the_root_of_the_other_ranks_timeouts_and_aborts()
     summary = next(m for m in matches if m.rule_id == "root-oom-then-nccl-timeout").summary
     assert "Root cause: cuda_oom on node-a GPU 5 (error_name cudaErrorMemoryAllocation)" in summary, summary
     assert "Page for the out-of-memory on node-a" in summary
+
+
+def test_the_documented_inhibition_pages_once_for_the_root():
+    """docs/alerts.md's "Root cause pages once" block, loaded as it is written: the root-cause violation of a job
+    mutes the per-kind NCCL violations of that job and no other."""
+    from gpuslo.engine.alerts import load_alerts_text
+    from gpuslo.engine.alerts.routing import inhibited_by
+
+    doc = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8").split("## Root cause pages once", 1)[1]
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = load_alerts_text("receivers:\n  - {name: log, type: webhook, allow_private_network: true, "
+                              "allow_http: true, url: \"http://127.0.0.1:9/hook\"}\n" + block, "alerts.yaml", {})
+    root = {"violation_id": 1, "rule": "root-oom-then-nccl-timeout", "severity": "critical", "host": "node-a",
+            "group": {"job": "train-9"}, "labels": {}}
+    timeout = {"violation_id": 2, "rule": "nccl-watchdog-timeout", "severity": "critical", "host": "node-b",
+               "group": {"job": "train-9"}, "labels": {}}
+    assert "violation 1" in (inhibited_by(config.inhibit, timeout, [root]) or "")
+    other_job = {**timeout, "group": {"job": "train-10"}}
+    assert inhibited_by(config.inhibit, other_job, [root]) is None
