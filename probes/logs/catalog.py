@@ -57,5 +57,40 @@ def _families() -> tuple[Family, ...]:
     return (capture, *rest)
 
 
-FAMILIES: tuple[Family, ...] = _families()
+# Per family, literals that every match of its start contains (each alternative of the regex has one of them):
+# the parser tries a family's regex only on lines that have one. tests/probes/logs/test_catalog.py checks them.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "capture_failed": ("apture cuda graph failed",), "nvrm_xid": ("NVRM: Xid",),
+    "fallen_off_bus": ("fallen off the bus", "GPU is lost"), "nvrm_gpu_lost": ("NVRM: The NVIDIA GPU",),
+    "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
+    "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
+    "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),
+    "nccl_error_number": ("NCCL Error",), "pg_failed": ("NCCL operations have failed",),
+    "pg_work": ("NCCL work", "by watchdog at work"),
+    "store_timeout": ("socket has timed out", "DistStoreError", "Socket Timeout"),
+    "nccl_op_failed": ("NCCL operation ",), "gsp_timeout": ("_kgspLogXid119",),
+    "gsp_heartbeat": ("eartbeat timed out",), "gsp_rpc": ("RPC",),
+    "rm_init": ("RmInitAdapter", "rm_init_adapter", "Cannot initialize GSP", "osInitNvMapping"),
+    "nvrm_memory": ("NVRM:",), "nvswitch_sxid": ("SXid (",), "fm_nvswitch": ("NVSwitch",),
+    "fm_failed": ("NVSwitch device information", "fabricmanager", "fabric manager config"),
+    "nvlink_down": ("NvLink link",), "device_plugin_xid": ("XidCriticalError",),
+    "marked_unhealthy": ("device marked unhealthy",), "dcgm_health": ("DCGM_FR_",),
+    "cudnn_status": ("CUDNN_STATUS_",), "device_assert": ("Assertion `",),
+    "kv_capacity": ("stored in KV cache", "Not enough memory"),
+    "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
+                     "Failed to allocate CUDA memory"),
+    "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
+    "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
+    "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
+    "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error"),
+    "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
+    "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
+                        "stream capture "),
+    "cuda_named": ("cudaError", "hipError"),
+    "cuda_phrase": ("CUDA driver version", "CUDA-capable", "illegal memory access", "device-side assert",
+                    "unspecified launch failure", "uncorrectable ECC", "legacy stream", "unjoined work",
+                    "stream is capturing"),
+    "cuda_call_failed": (") failed with error ",),
+}
+FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
 __all__ = ["FAMILIES", "NEW_RECORD", "TRIGGER", "TRIGGER_WORDS"]

@@ -34,7 +34,7 @@ def _capture_failed(families: tuple[Family, ...]):  # type: ignore[no-untyped-de
     def extract(text: str) -> Found | None:
         rest = re.split(_CAPTURE_FAILED, text, maxsplit=1)[-1]
         for family in families:
-            if family.name != "capture_failed" and family.start.search(rest):
+            if family.name != "capture_failed" and family.starts(rest):
                 found = family.extract(rest)
                 if found is not None:
                     return found

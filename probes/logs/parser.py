@@ -177,7 +177,7 @@ class LogParser:
     def _family_of(line: Line) -> Family | None:
         """The first family whose start the line has, unless the start sits in prose (probes/logs/prose.py)."""
         for family in FAMILIES:
-            match = family.start.search(line.text)
+            match = family.starts(line.text)
             if match:
                 return None if is_prose(line, match.start(), match.end()) else family
         return None
@@ -224,7 +224,7 @@ class LogParser:
             return True
         if family.joiner == "\n":  # a block takes the line after "Last error:" and nothing unannounced
             return pending.lines[-1].text.rstrip().endswith(":") and bool(text.strip())
-        if NEW_RECORD.match(text) or any(f.start.search(text) for f in FAMILIES):
+        if NEW_RECORD.match(text) or any(f.starts(text) for f in FAMILIES):
             return False
         return True
 

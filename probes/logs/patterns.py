@@ -41,6 +41,13 @@ class Family:
     # strict: only `accept` lines from the first line's printer (NCCL thread, syslog host) continue; blank
     # lines between are skipped (NCCL's follow-up WARN often comes after one)
     strict: bool = False
+    # substrings one of which every match of `start` contains: a line with none skips the regex (catalog.py)
+    needs: tuple[str, ...] = ()
+
+    def starts(self, text: str) -> re.Match[str] | None:
+        if self.needs and not any(need in text for need in self.needs):
+            return None
+        return self.start.search(text)
 
 
 def _c(pattern: str) -> re.Pattern[str]:
