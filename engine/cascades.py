@@ -15,7 +15,7 @@ from typing import Any
 from gpuslo.engine.events import Event
 
 ROLE_KEY, SIGNATURE_KEY = "role", "signature"
-_ROOT_KINDS = frozenset({"gpu_xid", "gpu_fault", "cuda_oom", "cuda_error"})  # without a role label
+_ROOT_KINDS = frozenset({"gpu_xid", "gpu_fault", "gpu_health", "cuda_oom", "cuda_error"})  # without a role label
 _DETAILS = ("xid", "fault", "error_name", "op", "seq", "requested_bytes")
 
 
