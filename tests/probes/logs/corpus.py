@@ -123,6 +123,10 @@ def score(cases: list[Case]) -> dict[str, Any]:
 
 
 def main() -> None:
+    if "--overlap" in sys.argv:  # reports that gave both splits an excerpt
+        tune, held = ({c.source for c in load(split)} for split in SPLITS)
+        print("\n".join(sorted(tune & held)))
+        return
     for split in sys.argv[1:] or SPLITS:
         result = score(load(split))
         print(f"{split}: {result['excerpts']} excerpts, recall {result['found']}/{result['incidents']} = "
