@@ -6,7 +6,7 @@ A cascade is what other processes or later calls report because of a root: NCCL 
 communicator aborts (the collective waited for a rank that died or hung), a peer that hung up, "previous
 error" statuses, a graph capture invalidated by an earlier error, Xid 45 (preemptive cleanup after another
 error), a device marked unhealthy after its Xid. The first matching row decides; the table is the documentation
-(docs/api.md, "Root or cascade"), and rules/cascade.yaml correlates a job's roots and cascades.
+(docs/api.md, "Root or cascade"), and rules/rootcause.yaml correlates a job's roots and cascades.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Root or cascade: the registry's label on every log event, and the job-level correlation (rules/cascade.yaml)
+"""Root or cascade: the registry's label on every log event, and the job-level correlation (rules/rootcause.yaml)
 on recorded multi-rank incidents: the real two-H200 NCCL hang (no root: a rank that never joined) and the
 NCCL fixtures of public reports put together as the ranks of one job (an OOM at the root)."""
 
