@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuslo.probes.logs.catalog import TRIGGER, TRIGGER_WORDS
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
-from gpuslo.probes.logs.patterns import TRIGGER, TRIGGER_WORDS
 from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.sources import FileFollower
 from gpuslo.probes.logs.state import StateStore

@@ -50,14 +50,14 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "cuda_oom": MappingProxyType({
         "api": "string", "requested_bytes": _BYTES, "free_bytes": _BYTES, "total_bytes": _BYTES,
         "allocated_bytes": _BYTES, "reserved_unallocated_bytes": _BYTES, "error_code": "int",
-        "error_name": "string", "duration_us": "number"}),
+        "error_name": "string", "duration_us": "number", "requested_tokens": "int", "available_tokens": "int"}),
     "cuda_graph_error": MappingProxyType({
         "api": "string", "error_code": "int", "error_name": "string", "duration_us": "number"}),
     "cuda_error": MappingProxyType({
         "api": "string", "error_code": "int", "error_name": "string", "duration_us": "number"}),
     "nccl_timeout": MappingProxyType({
         "op": "string", "seq": "int", "timeout_ms": "number", "elapsed_ms": "number", "pg": "string",
-        "numel": "int"}),
+        "numel": "int", "last_enqueued_seq": "int", "last_completed_seq": "int"}),
     "nccl_error": MappingProxyType({
         "api": "string", "error_code": "int", "error_name": "string", "detail": "string"}),
     "mem_fragmentation": MappingProxyType({
@@ -75,6 +75,10 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
         "request_id": "string", "phase": "string", "endpoint": "string", "model": "string", "ttft_ms": "number",
         "tokens": "int", "error": "string"}),
     "gpu_xid": MappingProxyType({"xid": "int", "pci_bus": "string", "detail": "string"}),
+    # a driver or fabric fault that the log names without an Xid number (GSP, RmInitAdapter, NVSwitch, DCGM)
+    "gpu_fault": MappingProxyType({
+        "fault": "string", "pci_bus": "string", "sxid": "int", "timeout_ms": "number", "elapsed_ms": "number",
+        "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
     "nccl_progress": MappingProxyType({
@@ -94,6 +98,7 @@ _REQUIRED_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "token_stall": ("gap_ms",),
     "token_request": ("request_id", "phase"),
     "gpu_xid": ("xid",),
+    "gpu_fault": ("fault",),
     "probe_status": ("probe", "state"),
     "nccl_progress": ("op", "seq", "state"),
     "gpu_health": ("signal",),
@@ -109,6 +114,8 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_ms", "_us", "_s")  # of numbers; integer ranges are event_checks.int_range
+_NON_NEGATIVE_NAMES = frozenset({"tokens", "stalls", "seq", "dropped", "last_enqueued_seq", "last_completed_seq",
+                                 "sxid", "requested_tokens", "available_tokens"})
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
 MESSAGE_MAX = 8192
 # A time the canonical form restates without loss (UTC, at most microseconds): not kept as sent.
@@ -122,7 +129,8 @@ def _attr_schema(kind: str) -> dict[str, Any]:
         if typ == "string":
             prop["maxLength"] = 1024
         elif typ == "int":
-            prop["minimum"], prop["maximum"] = int_range(name)
+            low, high = int_range(name)
+            prop["minimum"], prop["maximum"] = (max(low, 0) if name in _NON_NEGATIVE_NAMES else low), high
         elif name.endswith(_NON_NEGATIVE_SUFFIXES):
             prop["minimum"] = 0
         if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active",

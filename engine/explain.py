@@ -11,6 +11,7 @@ from typing import Any
 from jinja2 import Template
 
 from gpuslo.engine.attribution import worst_stall_attribution
+from gpuslo.engine.cascades import analyze_cascade
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
 from gpuslo.engine.rulebook import regex
@@ -208,7 +209,10 @@ class SummaryRenderer:
     def _render(self, rule: Rule, event: Event, group: Mapping[str, Any], evidence: Sequence[Event]) -> str:
         # `collective`: the rank-mismatch analysis of the evidence's NCCL timeouts, for summaries that ask
         hang = analyze_hang(evidence) if "collective" in rule.summary else None
-        context = {"event": event.to_dict(), "group": dict(group), "collective": hang.to_dict() if hang else None}
+        # `cascade`: the root and the cascades among the evidence (engine/cascades.py)
+        cascade = analyze_cascade(evidence) if "cascade" in rule.summary else None
+        context = {"event": event.to_dict(), "group": dict(group), "collective": hang.to_dict() if hang else None,
+                   "cascade": cascade.to_dict() if cascade else None}
         if rule.summary not in self._templates:
             self._templates[rule.summary] = None  # stays None when compiling fails: not retried per event
             self._templates[rule.summary] = self._env.from_string(rule.summary)

@@ -12,7 +12,8 @@ from gpuslo.engine.rulebook.hints import did_you_mean
 from gpuslo.engine.rulebook.loader import Document, Path_
 from gpuslo.engine.templates import summary_environment
 
-TEMPLATE_NAMES = ("event", "group", "collective")  # collective: gpuslo.engine.collectives, None if no hang
+# collective: gpuslo.engine.collectives, None if no hang; cascade: gpuslo.engine.cascades (root and cascades)
+TEMPLATE_NAMES = ("event", "group", "collective", "cascade")
 
 
 def template_problems(doc: Document, path: Path_, text: object, rule: str | None) -> Iterator[RulebookProblem]:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from gpuslo.engine.events import MESSAGE_MAX, Event
-from gpuslo.probes.logs.patterns import FAMILIES, NEW_RECORD, TRIGGER, TRIGGER_WORDS, Family, Found
+from gpuslo.probes.logs.catalog import FAMILIES, NEW_RECORD, TRIGGER, TRIGGER_WORDS
+from gpuslo.probes.logs.patterns import Family, Found
 from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.prefixes import Line, normalise, segments
+from gpuslo.probes.logs.prose import is_prose
+from gpuslo.probes.logs.signatures import classify
 
 # One incident is often printed again within a few lines (a C++ log line, then the Python exception, then
 # torchrun's summary); these attrs say "same incident" when the copies are close and nothing that both name
@@ -22,8 +26,13 @@ from gpuslo.probes.logs.prefixes import Line, normalise, segments
 _SAME_INCIDENT: dict[str, tuple[str, ...]] = {
     "cuda_oom": ("requested_bytes", "error_name"), "cuda_error": ("error_name",),
     "cuda_graph_error": ("error_name",), "nccl_timeout": ("op", "seq"), "nccl_error": ("error_name",),
-    "gpu_xid": ("xid", "pci_bus"),
+    "gpu_xid": ("xid", "pci_bus"), "gpu_fault": ("fault", "pci_bus"),
 }
+# Names a family gives when the line names no status; a copy with the real name is the same incident.
+_UNNAMED = frozenset({"CUDAGraphCaptureError"})
+_WRAPPED = re.compile(r"[\])a-z,.;]")  # how a hard-wrapped remainder starts
+_RECORD_HEAD = re.compile(r"[\w.]+(?:Error|Exception|Warning)\b|\w+\(\):")  # ... and a record never does
+_INTERLEAVED = 4  # lines of other printers a strict block may skip (another NCCL thread's line between its two)
 _PREFILTER = Prefilter(TRIGGER_WORDS, TRIGGER)  # immutable once built; sharing it between parsers is safe
 
 
@@ -60,6 +69,7 @@ class _Pending:
     lines: list[Line]
     offset: int
     key: str
+    skipped: int = 0
 
 
 class LogParser:
@@ -72,14 +82,17 @@ class LogParser:
         self._prefilter = prefilter or _PREFILTER
         self._pending: _Pending | None = None
         self._recent: deque[tuple[int, _Who, tuple[Any, ...]]] = deque()
+        self._previous: Line | None = None
+        self._skipped_line: bytes | None = None  # the physical line before a line the scan jumped to
 
     @property
     def pending_offset(self) -> int | None:
         """Offset of the first line of an incident still being assembled, if any."""
         return self._pending.offset if self._pending else None
 
-    def feed(self, raw: bytes | str, offset: int, key: str | None = None) -> list[Event]:
-        """One physical line (without or with its newline) that starts at byte `offset`."""
+    def feed(self, raw: bytes | str, offset: int, key: str | None = None, may_start: bool = True) -> list[Event]:
+        """One physical line (without or with its newline) that starts at byte `offset`; `may_start` False: the
+        prefilter found no trigger word in it, so it can only continue an incident."""
         if isinstance(raw, bytes):
             raw = raw[: self._settings.max_line_bytes].decode("utf-8", errors="replace")
         else:
@@ -87,9 +100,26 @@ class LogParser:
         events: list[Event] = []
         for index, part in enumerate(segments(raw.rstrip("\r\n"))):
             where = key if key is not None else str(offset)
-            line = normalise(part, self._clock)
-            events.extend(self._line(line, offset, where if index == 0 else f"{where}.{index}"))
+            line = self._unwrap(normalise(part, self._clock))
+            events.extend(self._line(line, offset, where if index == 0 else f"{where}.{index}", may_start))
         return events
+
+    def _unwrap(self, line: Line) -> Line:
+        """A line a terminal or a paste hard-wrapped has no prefix of its own and starts mid-sentence (`] Watch
+        dog caught ...`, `onds without ...`): it is still the previous line's rank, pid and GPU."""
+        previous, self._previous = self._previous, line
+        if line.text != line.raw or not _WRAPPED.match(line.text) or _RECORD_HEAD.match(line.text):
+            self._skipped_line = None
+            return line
+        if self._skipped_line is not None:  # the scan jumped here: the line before was not fed
+            previous = normalise(self._skipped_line.decode("utf-8", errors="replace").rstrip("\r\n"), self._clock)
+        self._skipped_line = None
+        if previous is None:
+            return line
+        self._previous = line = replace(line, time=line.time or previous.time, rank=previous.rank,
+                                        pid=previous.pid, gpu=previous.gpu, log_host=previous.log_host,
+                                        origin=previous.origin)
+        return line
 
     def scan(self, buf: bytes, base: int, start: int = 0) -> list[Event]:
         """Every newline-terminated line of `buf[start:]` (`buf` starts at offset `base`), skipping lines that
@@ -98,13 +128,16 @@ class LogParser:
         pos, end = start, buf.rfind(b"\n") + 1
         starts = self._prefilter.starts(buf, start, end)
         while pos < end:
+            index = bisect_left(starts, pos)
             if self._pending is None:
-                index = bisect_left(starts, pos)
                 if index == len(starts):
                     break
-                pos = max(pos, buf.rfind(b"\n", pos, starts[index]) + 1)
+                jump = max(pos, buf.rfind(b"\n", pos, starts[index]) + 1)
+                self._skipped_line = buf[buf.rfind(b"\n", 0, jump - 1) + 1:jump] if jump > pos else None
+                pos = jump
             stop = buf.find(b"\n", pos, end) + 1
-            events.extend(self.feed(buf[pos:stop], base + pos))
+            hit = index < len(starts) and starts[index] < stop
+            events.extend(self.feed(buf[pos:stop], base + pos, may_start=hit))
             pos = stop
         return events
 
@@ -116,31 +149,61 @@ class LogParser:
     def forget(self) -> None:
         """Drop pending and recent state: the file was truncated or replaced."""
         self._pending = None
+        self._previous = self._skipped_line = None
         self._recent.clear()
 
     # ---- assembly ----
 
-    def _line(self, line: Line, offset: int, key: str) -> list[Event]:
+    def _line(self, line: Line, offset: int, key: str, may_start: bool = True) -> list[Event]:
         events: list[Event] = []
         if self._pending is not None:
             pending = self._pending
             if pending.family.strict and not line.text.strip():
                 return []
+            if self._interleaved(pending, line):
+                family = self._family_of(line) if may_start else None
+                if family is None or family.complete is None:
+                    pending.skipped += 1  # another printer's line, at most a one-line incident of its own
+                    return self._start(line, offset, key) if family else []
             if self._continues(pending, line):
                 pending.lines.append(line)
                 if self._complete(pending) or len(pending.lines) >= pending.family.max_lines:
                     return self.flush()
                 return []
             events.extend(self.flush())
-        family = next((f for f in FAMILIES if f.start.search(line.text)), None)
+        return events + self._start(line, offset, key) if may_start else events
+
+    @staticmethod
+    def _family_of(line: Line) -> Family | None:
+        """The first family whose start the line has, unless the start sits in prose (probes/logs/prose.py)."""
+        for family in FAMILIES:
+            match = family.starts(line.text)
+            if match:
+                return None if is_prose(line, match.start(), match.end()) else family
+        return None
+
+    def _start(self, line: Line, offset: int, key: str) -> list[Event]:
+        """A line that may open an incident."""
+        family = self._family_of(line)
         if family is None:
-            return events
+            return []
         pending = _Pending(family, [line], offset, key)
         if family.complete is not None and not self._complete(pending):
             self._pending = pending
-            return events
-        events.extend(self._emit(pending))
-        return events
+            return []
+        return self._emit(pending)
+
+    @staticmethod
+    def _interleaved(pending: _Pending, line: Line) -> bool:
+        """Another NCCL thread's (or the same thread's INFO) line inside a strict block: skipped, not an end."""
+        if not pending.family.strict or pending.skipped >= _INTERLEAVED or pending.family.accept is None:
+            return False
+        if pending.family.accept.search(line.text):
+            return False
+        first = pending.lines[0]
+        if first.origin is None:
+            return False
+        return line.origin is not None and (line.origin != first.origin or " NCCL INFO " in f" {line.text}")
 
     @staticmethod
     def _text(pending: _Pending) -> str:
@@ -161,7 +224,7 @@ class LogParser:
             return True
         if family.joiner == "\n":  # a block takes the line after "Last error:" and nothing unannounced
             return pending.lines[-1].text.rstrip().endswith(":") and bool(text.strip())
-        if NEW_RECORD.match(text) or any(f.start.search(text) for f in FAMILIES):
+        if NEW_RECORD.match(text) or any(f.starts(text) for f in FAMILIES):
             return False
         return True
 
@@ -175,17 +238,22 @@ class LogParser:
         who = _Who(rank=found.rank if found.rank is not None else first.rank,
                    pid=found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid,
                    gpu=found.gpu if found.gpu is not None else first.gpu, log_host=first.log_host)
-        if self._echo(found, pending.offset, who):
+        # a driver or fabric fault is the device's, whichever daemon's pid the syslog line carries
+        if self._echo(found, pending.offset, replace(who, pid=None) if found.kind == "gpu_fault" else who):
             return []
         return [self._event(found, pending, who)]
 
     def _echo(self, found: Found, offset: int, who: _Who) -> bool:
-        """True when the same incident was reported a short way back in this source."""
-        signature = (found.kind, *(found.attrs.get(k) for k in _SAME_INCIDENT.get(found.kind, ())))
+        """True when the same incident was reported a short way back in this source: same kind, and every field
+        of the signature this copy states agrees (a copy that states less, such as "Some NCCL operations have
+        failed" after the watchdog's line, is an echo; one that states more is not)."""
+        signature = (found.kind, *(None if found.attrs.get(k) in _UNNAMED else found.attrs.get(k)
+                                   for k in _SAME_INCIDENT.get(found.kind, ())))
         while self._recent and offset - self._recent[0][0] > self._settings.dedupe_bytes:
             self._recent.popleft()
         for _, seen_who, seen in self._recent:
-            if seen == signature and seen_who.agrees(who):
+            if seen[0] == signature[0] and seen_who.agrees(who) and all(
+                    mine is None or mine == theirs for mine, theirs in zip(signature[1:], seen[1:], strict=True)):
                 return True
         self._recent.append((offset, who, signature))
         return False
@@ -198,9 +266,11 @@ class LogParser:
         # `host` stays the probe's host (where the log was read, what rules group by); a host named inside
         # the line (syslog, NCCL) may be another machine's when logs are collected centrally: a label.
         logged = {"log_host": who.log_host[:256]} if who.log_host else {}
-        labels = {"family": pending.family.name, "log": settings.source[-256:], **logged, **settings.labels}
+        role = classify(found, pending.family.name)
+        labels = {"family": pending.family.name, "log": settings.source[-256:], "signature": role.signature,
+                  "role": role.role, **logged, **settings.labels}
         return Event(
             id=f"log:{digest}", kind=found.kind, time=first.time or self._clock(), host=settings.host,
-            gpu=who.gpu, pid=who.pid, job=settings.job, rank=who.rank,
+            gpu=who.gpu, gpu_uuid=found.gpu_uuid, pid=who.pid, job=settings.job, rank=who.rank,
             labels=MappingProxyType(labels), source="logs", attrs=MappingProxyType(dict(found.attrs)),
             message=message)

@@ -12,21 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslo.engine.events import canonical_pci_bus
-from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, SIZE, cuda_status, to_bytes
-
-# The prefilter: every family's start contains one of these, so lines without them are never parsed. Each
-# branch begins at a character that is rare in ordinary log text (re tries a match at every occurrence of a
-# branch's first character), and no branch begins with a character class (that turns off re's prefix scan).
-TRIGGER = re.compile(
-    rb"U(?:DA|BLAS| is lost| has fallen)|_(?:EXHAUSTED|bfc\) ran out)|W(?:atchdog|orkNCCL)|H(?:eartbeat|C)"
-    rb"|L (?:error|WARN|communicator)|vailable memory for|V(?:RM| cache is needed)|'s watchdog"
-    rb"|Error(?:StreamCapture|CapturedEvent)|M(?:emoryError| when allocating)|Timed out waiting")
-# TRIGGER spelled out word by word, for the one-pass automaton (probes/logs/prefilter.py); a test keeps the two equal.
-TRIGGER_WORDS: tuple[bytes, ...] = (
-    b"UDA", b"UBLAS", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog", b"WorkNCCL",
-    b"Heartbeat", b"HC", b"L error", b"L WARN", b"L communicator", b"vailable memory for", b"VRM",
-    b"V cache is needed", b"'s watchdog", b"ErrorStreamCapture", b"ErrorCapturedEvent", b"MemoryError",
-    b"M when allocating", b"Timed out waiting")
+from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, SIZE, cuda_status, find_status, to_bytes
 
 
 @dataclass(frozen=True)
@@ -38,6 +24,7 @@ class Found:
     gpu: int | None = None
     rank: int | None = None
     pid: int | None = None
+    gpu_uuid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +41,13 @@ class Family:
     # strict: only `accept` lines from the first line's printer (NCCL thread, syslog host) continue; blank
     # lines between are skipped (NCCL's follow-up WARN often comes after one)
     strict: bool = False
+    # substrings one of which every match of `start` contains: a line with none skips the regex (catalog.py)
+    needs: tuple[str, ...] = ()
+
+    def starts(self, text: str) -> re.Match[str] | None:
+        if self.needs and not any(need in text for need in self.needs):
+            return None
+        return self.start.search(text)
 
 
 def _c(pattern: str) -> re.Pattern[str]:
@@ -181,36 +175,66 @@ def _kind_for(code: int | None) -> str:
 
 
 _CUDA_TEXT = re.compile(
-    r"CUDA error:\s*(?P<text>[^\n]+?)(?:\s*(?:when calling|\n|CUDA kernel errors|$))"
+    r"CUDA [Ee]rror:\s*(?P<text>[^\n]+?)(?:\s*(?:when calling|\n|CUDA kernel errors|$))"
     r"|Cuda failure (?:\d+ )?'(?P<nccl>[^']+)'"
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<old>[^\n]+?)(?: at |$)"
     r"|THCudaCheck FAIL[^\n]*?error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
+    # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
+    r"|CUDA error (?P<num>\d+)(?: \[[^\]]*\]| at [^\s:]+:\d+)?:\s*(?P<numtext>[^\n]+)"
+    r"|CUDA failure (?P<ortnum>\d+): (?P<orttext>[^;\n]+)"  # ONNX Runtime: "CUDA failure 906: <text> ; GPU=0 ;"
+    r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
+    r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
+    r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
     r"|(?P<driver>CUDA_ERROR_[A-Z_]+)"
     r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
+_API = re.compile(
+    r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
+    r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
+    r"|cuMem\w+)\b", re.MULTILINE)
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver")
+
+
+def _api(text: str) -> str | None:
+    match = _API.search(text)
+    return next((g for g in match.groups() if g), None) if match else None
+
+
+def _cuda_gpu(text: str) -> int | None:
+    return _first(_int(r"current\s*device:\s*(\d+)", text), _int(r"\bGPU=(\d+)", text),
+                  _int(r"\bon\s*device\s*(\d+)", text))
 
 
 def _cuda(text: str) -> Found | None:
     match = _CUDA_TEXT.search(text)
     if not match:
         return None
-    api = re.search(r"when calling `(\w+)|\b(cu\w*Graph\w*|cudaStream(?:Begin|End)Capture|cuMem\w+)\b", text)
-    api_name = (api.group(1) or api.group(2)) if api else None
+    api_name = _api(text)
     if match.group("cublas"):
         status = match.group("cublas")
         if status == "SUCCESS":
             return None
         return Found("cuda_error", _clean({"error_name": "CUBLAS_STATUS_" + status,
                                            "error_code": CUBLAS_STATUS.get(status), "api": api_name}))
-    stated = (match.group("text") or match.group("nccl") or match.group("old") or match.group("thtext")
-              or match.group("driver"))
+    stated = next(match.group(g) for g in _STATED if match.group(g))
     name, code = cuda_status(stated)
-    if code is None and (match.group("code") or match.group("thcode")):
-        code = int(match.group("code") or match.group("thcode"))
+    if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
+        name, code = find_status(text[match.start():]) or (name, code)
+    number = match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
+    if code is None and number:
+        code = int(number)
     if name.startswith("CUBLAS_STATUS_"):
         return None  # "CUDA error: CUBLAS_STATUS_..." is read by the CUBLAS branch on a second search
     if match.group("nccl") and api_name is None:
         api_name = "nccl"
-    return Found(_kind_for(code), _clean({"error_name": name, "error_code": code, "api": api_name}))
+    kind = _kind_for(code)
+    requested = _oom_bytes(text) if kind == "cuda_oom" else None
+    return Found(kind, _clean({"error_name": name, "error_code": code, "api": api_name,
+                               "requested_bytes": requested}), gpu=_cuda_gpu(text))
+
+
+def _oom_bytes(text: str) -> int | None:
+    return _first(_int(r"\((\d+)\s*bytes\)", text), _size(r"allocat\w*\s*(?:SIZE)", text),
+                  _int(r"(\d+)\s*bytes", text))
 
 
 def _cuda_or_cublas(text: str) -> Found | None:
@@ -220,10 +244,10 @@ def _cuda_or_cublas(text: str) -> Found | None:
 
 def _graph(text: str) -> Found:
     named = re.search(r"\b(cudaError(?:StreamCapture\w+|CapturedEvent|GraphExecUpdateFailure))\b", text)
-    api = re.search(r"\b(cu\w*Graph\w*|cudaStream(?:Begin|End)Capture)\b", text)
+    status = find_status(named.group(1)) if named else None
     return Found("cuda_graph_error", _clean({
         "error_name": named.group(1) if named else "CUDAGraphCaptureError",
-        "api": api.group(1) if api else None}))
+        "error_code": status[1] if status else None, "api": _api(text)}))
 
 
 # ---- NCCL -------------------------------------------------------------------------------------------------
@@ -365,9 +389,10 @@ FAMILIES: tuple[Family, ...] = (
            complete=_c(_ALLOC_FAILED), max_lines=2, joiner="\n", accept=_c(r"NCCL WARN " + _ALLOC_FAILED),
            strict=True),
     Family("nccl_warn", _c(r"NCCL WARN "), _nccl_warn),
-    Family("torch_oom", _c(r"CUDA out of memory"), _torch_oom,
+    # a line cut before "CUDA out of memory." starts at "Tried to allocate"; a wrapped message may too
+    Family("torch_oom", _c(r"CUDA out of memory|HIP out of memory|^\W{0,3}Tried to allocate \d"), _torch_oom,
            complete=_c(r"unallocated|by\s*PyTorch\)|cached\)|Memory\s*Management|\)\s*$"),
-           max_lines=8),
+           max_lines=8, accept=_c(r"^\s*Tried\s*to\s*allocate")),
     Family("tf_oom", _c(r"OOM when allocating tensor"), _tf_oom),
     Family("xla_oom", _c(r"RESOURCE_EXHAUSTED:.{0,80}(?:[Oo]ut of memory|allocat)|Out of memory while trying to"
                          r"|ran out of memory trying to allocate"), _xla_oom),
@@ -375,8 +400,12 @@ FAMILIES: tuple[Family, ...] = (
            complete=_c(r"engine|max_model_len"), max_lines=4),
     Family("ray_oom", _c(r"OutOfMemoryError: Task was killed"), _ray_oom,
            complete=_c(r"threshold"), max_lines=4),
-    Family("cuda_status", _c(r"CUDA error:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
-                             r"|CUBLAS_STATUS_(?!SUCCESS)"), _cuda_or_cublas),
+    # ggml follows its "CUDA error: ..." with "  current device: N, in function ..." and the failed call
+    Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
+                             r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
+                             r"|CUDA runtime error in |HIP error:"), _cuda_or_cublas,
+           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),
 )

@@ -24,7 +24,13 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     _ISO + r" (?:stdout|stderr) [FP] ",
     _ISO + _SYSLOG_HOST,  # journalctl -o short-iso
     _SYSLOG_TIME + _SYSLOG_HOST,
+    # SGLang: "[2024-10-22 06:31:49 TP0] ", "[2025-01-01 10:00:00 DP1 TP3] "
+    r"\[" + _ISO + r"(?: (?:TP|DP|PP|EP)\d+)+\] ",
     r"\[?" + _ISO + r"\]?:?\s+",
+    # TensorRT's trtexec/logger ("[05/25/2023-20:44:13] [W] ", "[TRT] [E] "), TensorRT-LLM's ("[TensorRT-LLM][ERROR] ")
+    r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] (?:\[[VIWEF]\] )?",
+    r"(?:\[TRT\] )?\[[VIWEF]\] (?:\[TRT\] )?",
+    r"\[TensorRT-LLM\](?:\[[A-Z]+\])+ ",
     # dmesg -T
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*",
     r"\[\s*\d+\.\d+\]\s*",  # dmesg uptime
@@ -42,6 +48,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # glog / c10 / absl: "[E ProcessGroupNCCL.cpp:475] ", "[E1015 12:34:56.7 ProcessGroupNCCL.cpp:616] ",
     # "E0101 12:00:00.000000 1234 client.cc:12] ", TF's "W tensorflow/core/x.cc:12] "
     r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? [\w./-]+:\d+\]\s?",
+    # mpirun's rank tag in front of NCCL's prefix: "[2] node0:13572:13640 [1] "
+    r"\[(?P<mpirank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )",
     # NCCL's own "host:pid:tid [cudaDev] "
     r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
 ))
@@ -131,7 +139,7 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
             break
         groups = match.groupdict()
         moment = moment or _time_of(groups, clock)
-        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank"))
+        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank"))
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
                                                or groups.get("syspid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))

@@ -61,6 +61,26 @@ CUDA_ERRORS: dict[str, tuple[str, int]] = {
     "operation not permitted on an event last recorded in a capturing stream": ("cudaErrorCapturedEvent", 907),
     "attempt to terminate a thread-local capture sequence from another thread":
         ("cudaErrorStreamCaptureWrongThread", 908),
+    "the graph update was not performed because it included changes which violated constraints specific to "
+    "instantiated graph update": ("cudaErrorGraphExecUpdateFailure", 910),
+    "capturing stream has unjoined work": ("cudaErrorStreamCaptureUnjoined", 904),  # newer drivers' wording
+    "too many resources requested for launch": ("cudaErrorLaunchOutOfResources", 701),
+    "invalid device function": ("cudaErrorInvalidDeviceFunction", 98),
+    "invalid resource handle": ("cudaErrorInvalidResourceHandle", 400),
+    "invalid configuration argument": ("cudaErrorInvalidConfiguration", 9),
+    "operation not supported": ("cudaErrorNotSupported", 801),
+    "operation not permitted": ("cudaErrorNotPermitted", 800),
+    "system not yet initialized": ("cudaErrorSystemNotReady", 802),
+    "uncorrectable NVLink error detected during the execution": ("cudaErrorNvlinkUncorrectable", 220),
+    "hardware stack error": ("cudaErrorHardwareStackError", 714),
+    "CUDA-capable device(s) is/are busy or unavailable": ("cudaErrorDevicesUnavailable", 46),
+    "peer access is not supported between these two devices": ("cudaErrorPeerAccessUnsupported", 217),
+    "invalid pitch argument": ("cudaErrorInvalidPitchValue", 12),
+    "invalid device pointer": ("cudaErrorInvalidDevicePointer", 17),
+    "invalid memcpy direction": ("cudaErrorInvalidMemcpyDirection", 21),
+    "all CUDA-capable devices are busy or unavailable": ("cudaErrorDevicesUnavailable", 46),
+    "forward compatibility was attempted on non supported HW": ("cudaErrorCompatNotSupportedOnDevice", 804),
+    "the provided PTX was compiled with an unsupported toolchain.": ("cudaErrorUnsupportedPtxVersion", 222),
     "unknown error": ("cudaErrorUnknown", 999),
 }
 _CUDA_ERRORS_LOWER = {text.lower(): value for text, value in CUDA_ERRORS.items()}
@@ -98,4 +118,38 @@ _DRIVER_ENUMS = {
     "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED": "cudaErrorStreamCaptureUnsupported",
     "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED": "cudaErrorStreamCaptureInvalidated",
     "CUDA_ERROR_UNKNOWN": "cudaErrorUnknown",
+    "CUDA_ERROR_STREAM_CAPTURE_UNJOINED": "cudaErrorStreamCaptureUnjoined",
+    "CUDA_ERROR_STREAM_CAPTURE_MERGE": "cudaErrorStreamCaptureMerge",
+    "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED": "cudaErrorStreamCaptureUnmatched",
+    "CUDA_ERROR_STREAM_CAPTURE_ISOLATION": "cudaErrorStreamCaptureIsolation",
+    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT": "cudaErrorStreamCaptureImplicit",
+    "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD": "cudaErrorStreamCaptureWrongThread",
+    "CUDA_ERROR_CAPTURED_EVENT": "cudaErrorCapturedEvent",
+    "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE": "cudaErrorGraphExecUpdateFailure",
+    "CUDA_ERROR_NOT_PERMITTED": "cudaErrorNotPermitted", "CUDA_ERROR_NOT_SUPPORTED": "cudaErrorNotSupported",
+    "CUDA_ERROR_INVALID_VALUE": "cudaErrorInvalidValue", "CUDA_ERROR_NOT_INITIALIZED": "cudaErrorInitializationError",
+    "CUDA_ERROR_NO_DEVICE": "cudaErrorNoDevice", "CUDA_ERROR_INVALID_DEVICE": "cudaErrorInvalidDevice",
+    "CUDA_ERROR_NVLINK_UNCORRECTABLE": "cudaErrorNvlinkUncorrectable",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR": "cudaErrorHardwareStackError",
+    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES": "cudaErrorLaunchOutOfResources",
+    "CUDA_ERROR_INVALID_HANDLE": "cudaErrorInvalidResourceHandle",
+    "CUDA_ERROR_SYSTEM_NOT_READY": "cudaErrorSystemNotReady",
 }
+_NAMED = re.compile(r"\b(?:cuda|hip)Error[A-Z]\w*|\bCUDA_ERROR_[A-Z_]+")
+
+
+def find_status(text: str) -> tuple[str, int] | None:
+    """A CUDA (or HIP) error named or worded anywhere in `text`: `cudaErrorIllegalAddress`,
+    `CUDA_ERROR_ILLEGAL_ADDRESS`, `hipErrorStreamCaptureUnsupported` or a cudaGetErrorString text."""
+    for match in _NAMED.finditer(text):
+        name = "cuda" + match.group(0)[3:] if match.group(0).startswith("hip") else match.group(0)
+        if name in _BY_NAME:
+            return _BY_NAME[name]
+        if name in _DRIVER_ENUMS:
+            return _BY_NAME[_DRIVER_ENUMS[name]]
+    lowered = text.lower()
+    hits = [(lowered.find(phrase), phrase) for phrase in _CUDA_ERRORS_LOWER if phrase in lowered]
+    if hits:  # the earliest phrase; the longest at one position ("operation not permitted when ..." over its head)
+        at, phrase = min(hits, key=lambda hit: (hit[0], -len(hit[1])))
+        return _CUDA_ERRORS_LOWER[phrase]
+    return None

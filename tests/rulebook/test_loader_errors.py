@@ -145,7 +145,8 @@ def test_requires_checked(rulebook_text: Callable[..., str]) -> None:
 def test_template_unknown_variable(rulebook_text: Callable[..., str]) -> None:
     text = rulebook_text().replace("{{ event.host }}", "{{ evnt.host }}")
     assert text_problems(text) == [
-        "t.yaml:17:14: rule \"r1\": summary template uses unknown variable 'evnt' (known: event, group, collective) "
+        "t.yaml:17:14: rule \"r1\": summary template uses unknown variable 'evnt' "
+        "(known: event, group, collective, cascade) "
         "(did you mean 'event'?)"
     ]
 

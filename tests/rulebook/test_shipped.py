@@ -17,7 +17,8 @@ RULES = Path(__file__).resolve().parents[2] / "rules"
 def test_shipped_rulebooks_load_clean() -> None:
     books, problems = load_directory(RULES)
     assert [str(p) for p in problems] == []
-    assert {b.name for b in books} == {"memory", "cuda", "nccl", "hardware", "latency", "probes", "external", "stalls"}
+    assert {b.name for b in books} == {"memory", "cuda", "nccl", "hardware", "latency", "probes", "external",
+                                       "stalls", "rootcause"}
 
 
 def test_every_event_kind_has_a_single_event_rule() -> None:

@@ -73,3 +73,23 @@ def test_kmsg_record_with_escaped_newlines_is_one_incident():
     parser = LogParser(ParserSettings(host="n", source="kmsg"), clock=lambda: READ_TIME)
     events = parser.feed(parsed[1], 0) + parser.flush()
     assert [(e.kind, e.attrs["xid"], e.attrs["pci_bus"]) for e in events] == [("gpu_xid", 79, "0000:b3:00")]
+
+
+def test_an_nccl_oom_keeps_its_size_when_another_thread_prints_between_its_two_lines():
+    lines = (b"node7:2201:2290 [5] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n"
+             b"node7:2201:2277 [5] NCCL INFO Channel 03/32 :    0   1   2   3\n"
+             b"node7:2201:2290 [5] NCCL INFO include/alloc.h:48 -> 1\n"
+             b"node7:2201:2290 [5] include/alloc.h:49 NCCL WARN Failed to CUDA calloc 6291456 bytes\n"
+             b"node7:2201:2290 [5] NCCL INFO transport/p2p.cc:300 -> 1\n")
+    (event,) = parse_all(lines)
+    assert (event.kind, event.gpu, event.pid, event.attrs["requested_bytes"]) == ("cuda_oom", 5, 2201, 6291456)
+    assert event.message.count("\n") == 1  # the block keeps its own two lines, not the interleaved ones
+
+
+def test_an_interleaved_line_with_an_incident_of_its_own_is_not_lost():
+    lines = (b"node7:2201:2290 [5] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n"
+             b"node7:2202:2291 [6] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer n2<1>\n"
+             b"node7:2201:2290 [5] include/alloc.h:49 NCCL WARN Failed to CUDA calloc 4194304 bytes\n")
+    events = parse_all(lines)
+    assert sorted((e.kind, e.gpu, e.attrs.get("requested_bytes")) for e in events) == [
+        ("cuda_oom", 5, 4194304), ("nccl_error", 6, None)]

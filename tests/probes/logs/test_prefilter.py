@@ -8,8 +8,8 @@ from bisect import bisect_left
 import pytest
 from logprobe_helpers import FIXTURES, READ_TIME, fixture_bytes
 
+from gpuslo.probes.logs.catalog import TRIGGER, TRIGGER_WORDS
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
-from gpuslo.probes.logs.patterns import TRIGGER, TRIGGER_WORDS
 from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.sources import LineAssembler
 

@@ -1,0 +1,96 @@
+"""Every message family in the order they are tried, and the prefilter's trigger words that cover them all.
+
+The first family whose start matches a line takes it, so a wrapper ("Capture cuda graph failed: <error>")
+comes before the families of the errors it wraps, and the specific before the generic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from gpuslo.probes.logs import patterns
+from gpuslo.probes.logs.families_cuda import CUDA_FAMILIES_AFTER, CUDA_FAMILIES_BEFORE, _capture_failed
+from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES
+from gpuslo.probes.logs.families_nccl import NCCL_FAMILIES, NCCL_WARN
+from gpuslo.probes.logs.patterns import NEW_RECORD, Family
+
+# The prefilter: every family's start contains one of these words, so lines without them are never parsed. Each
+# begins with a byte that is rare in ordinary log text (an upper-case letter, `_`, `'`, `-`): the automaton's
+# SIMD prefilter slows down by half with a few words that start with a lower-case letter or whose head is also the
+# head of common text ("KV cache usage", "[PG ID"), and with every few more words (bench/logs.py): a word that
+# another word covers on the lines that matter ("Error" in "RuntimeError: HIP error") is left out. `re` tries a
+# branch at every occurrence of its first byte. No word is a prefix of another.
+TRIGGER_WORDS: tuple[bytes, ...] = (
+    b"UDA", b"UBLAS", b"UDNN_", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
+    b"'s watchdog", b"G status", b"Heartbeat", b"HC", b"L error", b"L WARN", b"L communicator", b"L operation",
+    b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
+    b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
+    b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
+    b"' device marked", b"FABRIC_",
+)
+
+
+def _grouped(words: tuple[bytes, ...]) -> bytes:
+    """One branch per first byte (`U(?:DA|BLAS|...)`), so `re` enters a branch only at that byte."""
+    heads: dict[bytes, list[bytes]] = {}
+    for word in words:
+        heads.setdefault(word[:1], []).append(re.escape(word[1:]))
+    return b"|".join(re.escape(head) + b"(?:" + b"|".join(tails) + b")" for head, tails in heads.items())
+
+
+TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
+
+
+def _families() -> tuple[Family, ...]:
+    by_name = {family.name: family for family in patterns.FAMILIES}
+    head = [by_name[name] for name in ("nvrm_xid", "fallen_off_bus", "nvrm_gpu_lost", "nccl_watchdog")]
+    # the stuck-watchdog sentence is often hard-wrapped: take up to two more lines until "without making progress"
+    head.append(replace(by_name["nccl_heartbeat"], complete=re.compile(r"without\s*making|monitor\s*timed\s*out"),
+                        max_lines=3))
+    head += [by_name[name] for name in ("nccl_comm_abort", "gloo_timeout", "nccl_error", "nccl_cuda_failure")]
+    tail = [by_name[name] for name in ("torch_oom", "tf_oom", "xla_oom", "vllm_kv_cache", "ray_oom", "cuda_status",
+                                       "cuda_graph")]
+    rest = (*head, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE, *tail, *CUDA_FAMILIES_AFTER)
+    assert len({f.name for f in rest}) == len(rest) and len(patterns.FAMILIES) == len(head) + len(tail) + 1
+    capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
+    return (capture, *rest)
+
+
+# Per family, literals that every match of its start contains (each alternative of the regex has one of them):
+# the parser tries a family's regex only on lines that have one. tests/probes/logs/test_catalog.py checks them.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "capture_failed": ("apture cuda graph failed",), "nvrm_xid": ("NVRM: Xid",),
+    "fallen_off_bus": ("fallen off the bus", "GPU is lost"), "nvrm_gpu_lost": ("NVRM: The NVIDIA GPU",),
+    "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
+    "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
+    "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),
+    "nccl_error_number": ("NCCL Error",), "pg_failed": ("NCCL operations have failed",),
+    "pg_work": ("NCCL work", "by watchdog at work"),
+    "store_timeout": ("socket has timed out", "DistStoreError", "Socket Timeout"),
+    "nccl_op_failed": ("NCCL operation ",), "gsp_timeout": ("_kgspLogXid119",),
+    "gsp_heartbeat": ("eartbeat timed out",), "gsp_rpc": ("RPC",),
+    "rm_init": ("RmInitAdapter", "rm_init_adapter", "Cannot initialize GSP", "osInitNvMapping"),
+    "nvrm_memory": ("NVRM:",), "nvswitch_sxid": ("SXid (",), "fm_nvswitch": ("NVSwitch",),
+    "fm_failed": ("NVSwitch device information", "fabricmanager", "fabric manager config"),
+    "nvlink_down": ("NvLink link",), "device_plugin_xid": ("XidCriticalError",),
+    "marked_unhealthy": ("device marked unhealthy",), "dcgm_health": ("DCGM_FR_",),
+    "cudnn_status": ("CUDNN_STATUS_",), "device_assert": ("Assertion `",),
+    "kv_capacity": ("stored in KV cache", "Not enough memory"),
+    "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
+                     "Failed to allocate CUDA memory"),
+    "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
+    "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
+    "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
+    "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error"),
+    "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
+    "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
+                        "stream capture "),
+    "cuda_named": ("cudaError", "hipError"),
+    "cuda_phrase": ("CUDA driver version", "CUDA-capable", "illegal memory access", "device-side assert",
+                    "unspecified launch failure", "uncorrectable ECC", "legacy stream", "unjoined work",
+                    "stream is capturing"),
+    "cuda_call_failed": (") failed with error ",),
+}
+FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
+__all__ = ["FAMILIES", "NEW_RECORD", "TRIGGER", "TRIGGER_WORDS"]

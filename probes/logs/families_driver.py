@@ -1,0 +1,147 @@
+"""Driver, fabric and cluster-tooling families: GSP heartbeat and RPC timeouts, RmInitAdapter failures and
+memory-subsystem errors without an Xid number, NVSwitch SXids and Fabric Manager, the Kubernetes device
+plugin's and DCGM's (and NVSentinel's) health reports."""
+
+from __future__ import annotations
+
+import re
+
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _int, _pci, _xid
+
+
+def _pci_after(label: str, text: str) -> str | None:
+    match = re.search(label + r"\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})", text)
+    return _pci(match.group(1)) if match else None
+
+
+def _detail(text: str, marker: str) -> str | None:
+    rest = text.split(marker, 1)[-1].strip(" :,")
+    return rest[:1024] or None
+
+
+def _gsp_banner(text: str) -> Found:
+    """"_kgspLogXid119: *** GSP Timeout ***" opens a block that normally ends in the Xid 119 line; without it,
+    the banner alone is that Xid (the driver's own function names the number)."""
+    xid_at = text.find("NVRM: Xid (")
+    if xid_at >= 0:
+        found = _xid(text[xid_at:].split("\n", 1)[0])
+        if found is not None:
+            return found
+    return Found("gpu_xid", _clean({"xid": 119, "pci_bus": _pci_after(r"GPU at PCI:", text),
+                                    "detail": "GSP Timeout (no Xid line in the log)"}))
+
+
+def _gsp_heartbeat(text: str) -> Found:
+    return Found("gpu_fault", _clean({
+        "fault": "gsp_heartbeat_timeout", "timeout_ms": _int(r"\btimeout\s*(\d+)", text),
+        "elapsed_ms": _int(r"\bdiff\s*(\d+)", text), "pci_bus": _pci_after(r"PCI:", text),
+        "detail": _detail(text, "NVRM:")}))
+
+
+def _gsp_rpc(text: str) -> Found:
+    seconds = _int(r"Timeout\s*after\s*(\d+)s", text)
+    return Found("gpu_fault", _clean({
+        "fault": "gsp_rpc_timeout", "timeout_ms": seconds * 1000 if seconds is not None else None,
+        "pci_bus": _pci_after(r"PCI:", text), "detail": _detail(text, "NVRM:")}))
+
+
+def _rm_init(text: str) -> Found:
+    return Found("gpu_fault", _clean({"fault": "rm_init_adapter_failed", "pci_bus": _pci(text),
+                                      "detail": _detail(text, "NVRM:")}))
+
+
+def _memory(text: str) -> Found:
+    return Found("gpu_fault", _clean({"fault": "memory_error", "pci_bus": _pci(text),
+                                      "detail": _detail(text, "NVRM:")}))
+
+
+def _sxid(text: str) -> Found | None:
+    match = re.search(r"SXid \((?:PCI:)?([^)]+)\):\s*(\d+),?\s*(.*)", text)
+    if not match:
+        return None
+    return Found("gpu_fault", _clean({
+        "fault": "nvswitch_sxid", "sxid": int(match.group(2)), "pci_bus": _pci(match.group(1)),
+        "detail": match.group(3).strip()[:1024] or None}))
+
+
+def _fm_nvswitch(text: str) -> Found:
+    fatal = "non-fatal" not in text.lower()
+    return Found("gpu_fault", _clean({
+        "fault": "nvswitch_fatal" if fatal else "nvswitch_nonfatal",
+        "sxid": _int(r"NVSwitch\s*(?:non-)?fatal\s*error\s*(\d+)", text),
+        "pci_bus": _pci_after(r"pci\s*bus\s*id", text), "detail": text.strip()[:1024]}))
+
+
+def _fm_failed(text: str) -> Found:
+    return Found("gpu_fault", {"fault": "fabric_manager_failed", "detail": text.strip()[:1024]})
+
+
+def _nvlink_down(text: str) -> Found:
+    """dcgmi diag: "GPU 0's NvLink link 3 is currently down" (a Warning row of its table)."""
+    return Found("gpu_fault", {"fault": "nvlink_down", "detail": text.strip(" |")[:1024]},
+                 gpu=_int(r"GPU (\d+)(?:GPU \d+)?'s NvLink", text))
+
+
+def _uuid(text: str) -> str | None:
+    match = re.search(r"\b(GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})\b", text)
+    return match.group(1) if match else None
+
+
+def _device_plugin_xid(text: str) -> Found | None:
+    """k8s-device-plugin: "XidCriticalError: Xid=69 on Device=GPU-..., the device will go unhealthy."
+    (then "'nvidia.com/gpu' device marked unhealthy: GPU-...", the same incident)."""
+    xid = _int(r"Xid=(\d+)", text)
+    if xid is None:
+        return None
+    return Found("gpu_xid", {"xid": xid, "detail": "XidCriticalError reported by the device plugin"},
+                 gpu_uuid=_uuid(text))
+
+
+def _marked_unhealthy(text: str) -> Found:
+    return Found("gpu_fault", {"fault": "device_unhealthy", "detail": text.strip()[:1024]}, gpu_uuid=_uuid(text))
+
+
+def _dcgm(text: str) -> Found | None:
+    """DCGM health (dcgm-exporter, NVSentinel's gpu-health-monitor node conditions): "ErrorCode:DCGM_FR_XID_ERROR
+    GPU:4 PCI:0000:c4:00.0 GPU_UUID:GPU-... Detected XID 31 for GPU 4 ..."."""
+    code = re.search(r"\b(DCGM_FR_[A-Z_0-9]+)", text)
+    if not code:
+        return None
+    gpu = _int(r"\bGPU:\s*(\d+)", text)
+    gpu = gpu if gpu is not None else _int(r"for\s*GPU\s*(\d+)", text)
+    pci, detail = _pci_after(r"PCI:", text), _detail(text, code.group(1))
+    xid = _int(r"XID\s*(\d+)", text)
+    if code.group(1) == "DCGM_FR_XID_ERROR" and xid is not None:
+        return Found("gpu_xid", _clean({"xid": xid, "pci_bus": pci, "detail": detail}), gpu=gpu,
+                     gpu_uuid=_uuid(text))
+    return Found("gpu_fault", _clean({"fault": code.group(1), "pci_bus": pci, "detail": detail}), gpu=gpu,
+                 gpu_uuid=_uuid(text))
+
+
+DRIVER_FAMILIES: tuple[Family, ...] = (
+    Family("gsp_timeout", _c(r"NVRM: (?:GPU\d+ )?_kgspLogXid119\b"), _gsp_banner, complete=_c(r"NVRM: Xid \("),
+           max_lines=6, joiner="\n", accept=_c(r"^\s*NVRM: "), strict=True),
+    Family("gsp_heartbeat", _c(r"_kgspIsHeartbeatTimedOut: Heartbeat timed out|GSP RM heartbeat timed out"),
+           _gsp_heartbeat),
+    Family("gsp_rpc", _c(r"NVRM: .{0,80}(?:Timeout after \d+s of waiting for RPC response from GPU\d* GSP"
+                         r"|Timeout waiting for RPC from GSP)"), _gsp_rpc),
+    # "RmInitAdapter: Cannot initialize GSP firmware RM" comes before the "RmInitAdapter failed!" line of the GPU
+    Family("rm_init", _c(r"NVRM: .{0,80}(?:RmInitAdapter failed|rm_init_adapter failed|Cannot initialize GSP firmware"
+                         r"|osInitNvMapping failed)"), _rm_init,
+           complete=_c(r"RmInitAdapter failed|rm_init_adapter failed"), max_lines=3, joiner="\n",
+           accept=_c(r"^\s*NVRM: "), strict=True),
+    Family("nvrm_memory", _c(r"NVRM: .{0,120}(?:[Uu]ncorrectable (?:ECC|memory|error)|[Dd]ouble[- ][Bb]it|\bDBE\b"
+                             r"|[Rr]ow[- ]?[Rr]emap\w*\s*(?:[Ff]ailure|failed)"
+                             r"|[Pp]age [Rr]etirement\s*(?:failure|failed))"),
+           _memory),
+    Family("nvswitch_sxid", _c(r"SXid \((?:PCI:)?[0-9a-fA-F]"), _sxid),
+    Family("fm_nvswitch", _c(r"detected NVSwitch (?:non-)?fatal error \d+"), _fm_nvswitch),
+    Family("fm_failed", _c(r"request to query NVSwitch device information from NVSwitch driver failed"
+                           r"|nvidia-fabricmanager\.service(?::)? [Ff]ailed|fabric manager config file item: .{0,80}"
+                           r"invalid value|nv-fabricmanager .{0,120}failed! Exit code"), _fm_failed),
+    Family("nvlink_down", _c(r"GPU \d+(?:GPU \d+)?'s NvLink link \d+ is currently down"), _nvlink_down),
+    Family("device_plugin_xid", _c(r"XidCriticalError: Xid=\d+"), _device_plugin_xid, complete=_c(r"marked unhealthy"),
+           max_lines=2, joiner="\n", accept=_c(r"device marked unhealthy")),
+    Family("marked_unhealthy", _c(r"device marked unhealthy: GPU-"), _marked_unhealthy),
+    Family("dcgm_health", _c(r"ErrorCode:\s*DCGM_FR_[A-Z]|\bDCGM_FR_[A-Z_]+\b.{0,20}\bGPU[: ]\s*\d"), _dcgm),
+)

@@ -1,0 +1,135 @@
+"""NCCL and c10d families beyond the watchdog line: ProcessGroupNCCL's other wordings across PyTorch versions,
+NCCL WARN network failures, c10d store timeouts, JAX/XLA's NCCL operation failures."""
+
+from __future__ import annotations
+
+import re
+
+from gpuslo.probes.logs.patterns import (
+    _NCCL_CODES,
+    _NCCL_RESULTS,
+    Family,
+    Found,
+    _c,
+    _clean,
+    _cuda,
+    _first_rank,
+    _int,
+    _pg,
+)
+
+
+def _pg_rank(text: str) -> int | None:
+    match = re.search(r"\[(?:PG [^\]]*?)?Rank\s*(\d+)\s*\]", text)
+    return int(match.group(1)) if match else _first_rank(text)
+
+
+def _pg_failed(text: str) -> Found:
+    """"Some NCCL operations have failed or timed out" (every PyTorch since 1.8, with or without `[Rank N]`);
+    no collective is named, so op and seq are unknown (a copy of a watchdog line that names them)."""
+    return Found("nccl_timeout", _clean({"pg": _pg(text)}), rank=_pg_rank(text))
+
+
+def _pg_work(text: str) -> Found:
+    """"Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL work: K" (2.2-2.4) and
+    "failure detected by watchdog at work sequence id: N PG status: last enqueued work: M, last completed work:
+    K" (2.5+)."""
+    return Found("nccl_timeout", _clean({
+        "seq": _int(r"(?:NCCL\s*work|sequence\s*id|watchdog\s*at\s*work):\s*(\d+)", text),
+        "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
+        "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
+        "pg": _pg(text)}), rank=_pg_rank(text))
+
+
+def _store_timeout(text: str) -> Found:
+    """c10d's TCPStore: a client that cannot connect, a wait for keys or for workers that times out."""
+    ms = _int(r"after\s*(\d+)\s*ms", text)
+    seconds = _int(r"after\s*(\d+)\s*seconds", text)
+    if re.search(r"waiting\s*for\s*clients|clients\s*joined", text):
+        op = "store:wait_for_workers"
+    elif re.search(r"trying\s*to\s*connect|connect", text):
+        op = "store:connect"
+    else:
+        op = "store:wait"
+    return Found("nccl_timeout", _clean({
+        "op": op, "timeout_ms": ms if ms is not None else (seconds * 1000 if seconds is not None else None)}),
+        rank=_first_rank(text))
+
+
+# NCCL WARN text → ncclResult_t. A peer that went away is ncclRemoteError; a connect, socket or verbs call
+# that failed here is ncclSystemError. WARNs not listed (plugin not found, settings) are not incidents.
+_WARN_RESULTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), name) for p, name in (
+    (r"Got completion from peer|Connection closed by remote peer|Connection reset by peer|Broken pipe"
+     r"|remote process exited|remote hang ?up|peer .{0,40}(?:closed|disconnected)", "ncclRemoteError"),
+    (r"socket\w*Connect\w*:?.{0,120}(?:failed|timed out|refused|no POLLOUT)|Connect to \S+ failed"
+     r"|Connection (?:timed out|refused)|Socket recv failed|Call to (?:recv|send|connect|accept)\b.{0,80}failed"
+     r"|\bibv_\w+ failed|NET/IB ?: .{0,60}(?:failed|port error|catastrophic)|Got async event : (?:port error|local "
+     r"catastrophic)|failed to extend /dev/shm|posix_fallocate failed|Bootstrap.{0,40}(?:failed|timed out)"
+     r"|Timeout waiting", "ncclSystemError"),
+    (r"socketFinalizeAccept|wrong type \d+ != \d+|[Ii]nternal error", "ncclInternalError"),
+    # a proxy's report of a failure its peer thread already WARNed about: the same incident, name unknown
+    (r"Failed to execute operation|Proxy Call to rank \d+ failed", ""),
+))
+
+
+def nccl_warn_result(rest: str) -> tuple[str, int | None] | None:
+    """The ncclResult_t a NCCL WARN message stands for, or None for a WARN that is not an incident."""
+    retcode = re.search(r"retcode (\d+)", rest)
+    for pattern, name in _WARN_RESULTS:
+        if pattern.search(rest):
+            if retcode:
+                code = int(retcode.group(1))
+                name = next((n for n, c in _NCCL_RESULTS.values() if c == code), name)
+            return name, _NCCL_CODES.get(name)
+    return None
+
+
+def _nccl_op_failed(text: str) -> Found:
+    """JAX/XLA: "NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error"."""
+    api = re.search(r"NCCL operation (\w+)", text)
+    reason = re.search(r"\)\s*failed:\s*([^\n(]+)", text)
+    name = next((result for phrase, (result, _) in _NCCL_RESULTS.items() if reason and phrase in reason.group(1)),
+                None)
+    return Found("nccl_error", _clean({"api": api.group(1) if api else None, "error_name": name,
+                                       "error_code": _NCCL_CODES.get(name or ""),
+                                       "detail": reason.group(1).strip()[:1024] if reason else None}))
+
+
+def _nccl_error_number(text: str) -> Found:
+    """PyTorch 1.x: "RuntimeError: NCCL Error 2: unhandled system error"."""
+    code = _int(r"NCCL Error (\d+):", text)
+    name = next((n for n, c in _NCCL_RESULTS.values() if c == code), None)
+    detail = text.split(":", 2)[-1].strip() if text.count(":") >= 2 else None
+    return Found("nccl_error", _clean({"error_name": name, "error_code": code,
+                                       "detail": (detail or "")[:1024] or None}), rank=_first_rank(text))
+
+
+NCCL_FAMILIES: tuple[Family, ...] = (
+    Family("nccl_error_number", _c(r"NCCL Error \d+: "), _nccl_error_number),
+    Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed),
+    Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"
+                         r"|detected by watchdog at work: \d"), _pg_work,
+           complete=_c(r"last\s*completed\s*(?:NCCL\s*)?work:\s*-?\d"), max_lines=3),
+    Family("store_timeout", _c(r"client socket has timed out after \d+ms|DistStoreError: (?:Timed out after \d+ "
+                               r"seconds|wait timeout after \d+ms)|Socket Timeout"), _store_timeout),
+    Family("nccl_op_failed", _c(r"NCCL operation \w+\(.*\) failed:"), _nccl_op_failed),
+)
+
+
+def _warn(text: str) -> Found | None:
+    """`NCCL WARN <message>`; the `[N]` before it (NCCL's cudaDev) is the GPU when no prefix gave one."""
+    head, _, rest = text.partition("NCCL WARN")
+    rest = rest.strip()
+    gpu = _int(r"\[(\d+)\]\s*(?:[\w./-]+:\d+\s*)?$", head)
+    if "Cuda failure" in rest:
+        found = _cuda(rest)
+        return Found(found.kind, found.attrs, gpu=gpu) if found else None
+    result = nccl_warn_result(rest)
+    if result is None:
+        return None
+    name, code = result
+    return Found("nccl_error", _clean({"error_name": name or None, "error_code": code, "detail": rest[:1024]}), gpu=gpu,
+                 pid=_int(r"pid=(\d+)", head))
+
+
+NCCL_WARN = Family("nccl_warn", _c(r"NCCL WARN "), _warn)

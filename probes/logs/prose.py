@@ -1,0 +1,63 @@
+"""Tells a log line from prose that names an error: documentation, discussion, lists of error names.
+
+A log line has log structure: a prefix the normaliser stripped (time stamp, level, logger, rank, dmesg or
+journald header, NCCL's `host:pid:tid [dev]`), an exception or C++ throw in front of the message, a traceback
+or source location, or the error token at the head of the line. Prose has none of that, and gives itself
+away around the token: several plain words before it, a verb of explanation after it ("... means", "... is
+raised when"), quotes or backticks around it, an enum or `case` label, or a list of several error names.
+Only a line without any log structure is judged as prose; a line with a stripped prefix never is.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuslo.probes.logs.prefixes import Line
+
+# in front of the token: an exception or throw, a bracketed logger or location, a source location, a level
+_STRUCTURED_HEAD = re.compile(
+    r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
+    r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
+    r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
+    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:)")
+_WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers and names have capitals or _)
+# after the token: the verbs and joins of an explanation, or an enum value
+_PROSE_TAIL = re.compile(
+    r"^[`'\"”’)]*\s*(?:=\s*\d|means\b|is\s+(?:raised|returned|thrown|reported|an?|the|when|what|not)\b"
+    r"|are\b|indicates?\b|occurs?\b|happens?\b|can\b|could\b|may\b|might\b|will\b|should\b|when\b|if\b"
+    r"|or\b|and\b|errors?\b|—|-\s|:\s+(?:This|The|It|An?)\b)")
+_CODE_HEAD = re.compile(r"(?:\bcase|\breturn|#define|\benum|==|!=|\bif\s*\(|\bexcept|\bcatch)\s*[(\"'`]*$")
+_QUOTED_HEAD = re.compile(r"[`'\"“‘]\s*$")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•]\s|\|\s|\d+\.\s+\S)")
+_ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STATUS_\w+|\bDCGM_FR_\w+"
+                          r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
+PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
+
+
+def is_prose(line: Line, start: int, end: int) -> bool:
+    """True when the family's start token at `line.text[start:end]` sits in prose rather than in a log line."""
+    if line.text != line.raw.rstrip("\r\n"):
+        return False  # the normaliser stripped a log prefix: a log line
+    text = line.text
+    while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+        end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
+    head, tail = text[:start], text[end:]
+    if len(set(_ERROR_NAMES.findall(text))) >= 3:
+        return True  # a list of error names
+    if _CODE_HEAD.search(head):
+        return True  # source code: a case label, a comparison, an enum
+    structured = bool(_STRUCTURED_HEAD.search(head))
+    if _LIST_ITEM.match(text) and not structured:
+        return True
+    if _QUOTED_HEAD.search(head) and _WORD.search(head):
+        return True  # `the message` quoted inside a sentence
+    if _open_quote(head) and len(_WORD.findall(head)) >= 2:
+        return True  # inside a quotation that a sentence opened
+    if not structured and len(_WORD.findall(head)) >= PLAIN_WORDS:
+        return True
+    return not structured and bool(_PROSE_TAIL.match(tail))
+
+
+def _open_quote(head: str) -> bool:
+    """The head opened a quotation it has not closed."""
+    return (head.count('"') % 2 == 1 or head.count("`") % 2 == 1 or head.count("“") > head.count("”"))

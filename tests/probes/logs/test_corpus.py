@@ -1,0 +1,40 @@
+"""The corpus of public-report excerpts (tests/probes/logs/corpus/): every excerpt gives exactly its expected
+events and fields, every look-alike gives nothing, and the prefilter's fast scan agrees with line-by-line feeding.
+The held-out split's first, untuned measurement is kept beside it (corpus/heldout-first-run.txt)."""
+
+from __future__ import annotations
+
+import pytest
+from corpus import READ_TIME, SPLITS, check, load, run
+
+from gpuslo.engine.events import parse_event
+from gpuslo.probes.logs.parser import LogParser, ParserSettings
+
+CASES = [case for split in SPLITS for case in load(split)]
+
+
+def test_the_corpus_has_a_hundred_incident_excerpts_with_sources_and_look_alikes():
+    incidents = [c for c in CASES if not c.lookalike]
+    assert len(incidents) >= 100 and sum(c.lookalike for c in CASES) >= 20
+    assert all("#" in c.source or c.source.startswith("https://") for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.split}:{c.name}")
+def test_excerpt_gives_its_events_and_fields(case):
+    events = run(case)
+    outcome = check(case, events)
+    assert not outcome.problems, f"{case.source}: {outcome.problems}"
+    for event in events:
+        assert parse_event(event.to_dict()) == event  # every event is valid on the wire
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.split}:{c.name}")
+def test_fast_scan_matches_line_by_line(case):
+    data = case.text.encode() if case.text.endswith("\n") else case.text.encode() + b"\n"
+    slow = LogParser(ParserSettings(host="node1", source=case.name), clock=lambda: READ_TIME)
+    by_line, offset = [], 0
+    for line in data.splitlines(keepends=True):
+        by_line += slow.feed(line, offset)
+        offset += len(line)
+    by_line += slow.flush()
+    assert [e.to_dict() for e in run(case)] == [e.to_dict() for e in by_line]
