@@ -189,6 +189,11 @@ class RuleEvaluator:
                 self._metrics.engine_batch_seconds.observe(time.perf_counter() - started)
         return EngineResult(tuple(events), tuple(matches), tuple(clears))
 
+    @property
+    def watermark(self) -> float:
+        """The newest event time evaluated (0 before the first event)."""
+        return self._watermark
+
     def tick(self, now: float) -> list[Match]:
         """Absence checks at event time `now` (between batches; batches check at their own event times)."""
         with self._lock:

@@ -24,11 +24,11 @@ from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, Runtime
-from gpuslo.engine.store import audit, batch, lifecycle, notifications, repository, retention, silences
+from gpuslo.engine.store import audit, lifecycle, notifications, repository, retention, silences
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.engine_output import write_output
 from gpuslo.engine.store.outbox import NotificationView
-from gpuslo.engine.store.rows import ENGINE_ACTOR
 from gpuslo.engine.store.views import SilenceView, ViolationView
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class Gpuslo:
             self.scheduler.add_job(self.reload_if_changed, "interval", seconds=settings.rules_poll_seconds,
                                    id="rules-watch", max_instances=1, coalesce=True)
         self._rules_fingerprint: tuple[tuple[str, int, int], ...] | None = None
+        # Fleet mode (`serve --bus`): valid events go to the bus and the workers store and evaluate them.
+        self.publish: Callable[[Sequence[Event]], list[str]] | None = None
         # Alerting (optional): routing config, and the outbox delivery job on the same scheduler.
         self.alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
                                             if settings.alerts_config else None)
@@ -103,13 +105,23 @@ class Gpuslo:
             self.resender.install(self.scheduler)
 
     @classmethod
-    def open(cls, settings: Settings) -> Gpuslo:
-        """Migrate the database, load the rulebooks and start the engine."""
+    def open(cls, settings: Settings, *, publish: Callable[[Sequence[Event]], list[str]] | None = None,
+             leader: Callable[[], bool] | None = None) -> Gpuslo:
+        """Migrate the database, load the rulebooks and start the engine.
+
+        Fleet mode: `publish` takes the engine's place (no engine thread here), and the periodic jobs run only
+        while `leader()` says this process leads the fleet.
+        """
         database = Database(settings.database_url)
         database.upgrade()
         core = cls(settings, database, Metrics())
         core.reload_rulebooks()
-        core.runtime.start()
+        core.publish = publish
+        if publish is None:
+            core.runtime.start()
+        if leader is not None:
+            for job in core.scheduler.get_jobs():
+                job.modify(func=_led(leader, job.func))
         core.scheduler.start()
         return core
 
@@ -203,8 +215,11 @@ class Gpuslo:
                 kind = item.get("kind") if isinstance(item, dict) else None
                 self.metrics.events_rejected.labels(str(kind)[:32], _reason(exc.problems[0])).inc()
         if valid:
-            with self.database.session() as session:
-                statuses = repository.store_events(session, [event for _, event in valid])
+            if self.publish is not None:
+                statuses = self.publish([event for _, event in valid])
+            else:
+                with self.database.session() as session:
+                    statuses = repository.store_events(session, [event for _, event in valid])
             fresh = []
             counted: Counter[tuple[str, str]] = Counter()  # one metric update per kind and status, not per event
             for (index, event), status in zip(valid, statuses, strict=True):
@@ -217,7 +232,8 @@ class Gpuslo:
                     self.metrics.events_accepted.labels(kind).inc(count)
                 else:
                     self.metrics.events_rejected.labels(kind, status).inc(count)
-            self.runtime.submit(fresh)
+            if self.publish is None:
+                self.runtime.submit(fresh)
         return IngestReport(tuple(r for r in results if r is not None))
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
@@ -234,14 +250,7 @@ class Gpuslo:
         # The output of stored events is evaluated again if a power loss drops it (it carries their
         # processed_at), so its commit need not wait for the disk; wall-clock absences alone are not re-derived.
         with self.database.session(rederivable=bool(result.events)) as session:
-            # One statement set per batch; only the changes that notify someone come back as views.
-            for view in batch.record_matches(session, result.matches, now=now, notifying_only=True):
-                self._notify(session, view, now)
-            for view in lifecycle.resolve_cleared(session, result.clears, now):  # after the batch's matches
-                audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
-                             target_id=view.id, after={"status": view.status}, detail="cleared by an event")
-                self._notify(session, view, now)
-            repository.mark_processed(session, [e.id for e in result.events], now)
+            write_output(session, result, now, self._notify)  # one statement set per batch
         for match in result.matches:
             self.metrics.violations.labels(match.rule_id).inc()
 
@@ -356,3 +365,10 @@ def _stored_source(rulebook: Rulebook) -> str:
 def _loaded(rulebooks: Sequence[Rulebook]) -> dict[str, object]:
     """The running rulebooks as an audit snapshot: name → version and content hash."""
     return {rb.name: f"{rb.version} {rb.content_hash[:12]}" for rb in rulebooks}
+
+
+def _led(leader: Callable[[], bool], job: Callable[..., object]) -> Callable[..., object]:
+    """A periodic job that runs only in the fleet's leader."""
+    def run(*args: object, **kwargs: object) -> object:
+        return job(*args, **kwargs) if leader() else None
+    return run
