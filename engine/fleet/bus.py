@@ -60,6 +60,7 @@ class Bus:
         self._thread = threading.Thread(target=self._loop.run_forever, name="gpuslo-bus", daemon=True)
         self._thread.start()
         self._timeout = timeout_s
+        self.servers = list(servers)
         try:
             self._nc = self._run(nats.connect(list(servers), name=name, max_reconnect_attempts=-1,
                                               reconnect_time_wait=0.5, connect_timeout=2,

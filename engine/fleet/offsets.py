@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -38,9 +39,9 @@ def advance(session: Session, partition: str, expected: int, offset: Offset, own
     values = {"seq": offset.seq, "watermark": offset.watermark, "clock": offset.clock, "version": offset.version,
               "owner": owner, "updated_at": now}
     if expected == 0:
-        done = session.execute(insert(_T).values(partition=partition, **values)
-                               .on_conflict_do_nothing(index_elements=["partition"]))
+        statement: Any = (insert(_T).values(partition=partition, **values)
+                          .on_conflict_do_nothing(index_elements=["partition"]))
     else:
-        done = session.execute(update(_T).where(_T.c.partition == partition, _T.c.version == expected)
-                               .values(**values))
-    return bool(done.rowcount)  # type: ignore[attr-defined]
+        statement = update(_T).where(_T.c.partition == partition, _T.c.version == expected).values(**values)
+    # RETURNING, not rowcount: the driver's rowcount for an INSERT that did nothing is not reliably 0.
+    return session.execute(statement.returning(_T.c.partition)).first() is not None

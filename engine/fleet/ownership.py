@@ -67,6 +67,7 @@ class Ownership:
         self._leader = False
         if connection is not None:
             try:
+                connection.invalidate()  # really close it: back in the pool it would keep holding the locks
                 connection.close()
             except Exception:  # noqa: BLE001 - the connection may already be gone
                 pass

@@ -1,5 +1,6 @@
 """Fixtures of the fleet tests: one real 3-node NATS JetStream cluster for the module (R3 stream), stopped at
-the end; each test gets a fresh stream on it and a fresh PostgreSQL database."""
+the end (one per session: a cluster takes ~10 s to elect its JetStream leaders); each test gets a fresh stream
+on it and a fresh PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import pytest
 from fleet_support import postgres_database
 from nats_cluster import NATS_SERVER, NatsCluster
 
-from gpuslo.engine.fleet.bus import STREAM, Bus, StreamSettings
+from gpuslo.engine.fleet.bus import Bus, StreamSettings
 from gpuslo.engine.store.db import Database
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     if not Path(NATS_SERVER).exists():
         pytest.fail(f"nats-server is not installed at {NATS_SERVER} (Debian package nats-server)", pytrace=False)
@@ -44,5 +45,3 @@ def fleet_database() -> Iterator[Database]:
     with postgres_database("fleet") as database:
         yield database
 
-
-__all__ = ["STREAM"]
