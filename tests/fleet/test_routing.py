@@ -4,7 +4,6 @@ every event reaches exactly the partitions whose rules read its kind (no cluster
 from __future__ import annotations
 
 import zlib
-
 from collections.abc import Callable
 from dataclasses import replace
 
