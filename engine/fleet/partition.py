@@ -25,6 +25,7 @@ from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.engine_output import Notify, write_output
+from gpuslo.engine.violations import Clear, Match
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW_S = 60.0  # how far a publisher's clock may run ahead of the NATS servers' (the replay starts earlier)
@@ -33,6 +34,21 @@ _RECENT = 100_000  # event ids a partition remembers, to evaluate a re-published
 
 class LostPartition(GpusloError):
     """Another owner wrote this partition since we read its offset: we stop working on it."""
+
+    def __init__(self, runner: PartitionRunner):
+        super().__init__(f"partition {runner.partition.name}: written by another owner since version "
+                         f"{runner.offset.version}")
+        self.runner = runner
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A partition's evaluated batch waiting to be stored, and the offset storing it moves the partition to."""
+
+    runner: PartitionRunner
+    results: list[EngineResult]
+    events: list[Event]
+    offset: Offset
 
 
 @dataclass(frozen=True)
@@ -113,69 +129,102 @@ class PartitionRunner:
             self._recent.popitem(last=False)
         return fresh
 
-    def handle(self, delivered: Sequence[Delivered]) -> int:
-        """Evaluate a batch read from the stream and store it; with nothing read, check absences on the stream's
-        running clock. Returns the messages handled. Raises LostPartition."""
+    def evaluate(self, delivered: Sequence[Delivered]) -> Pending | None:
+        """Evaluate a batch read from the stream; with nothing read, check absences on the stream's running
+        clock. What to store, with the offset it moves the partition to; None when there is nothing to store."""
         if not delivered:
             now = self.evaluator.stream_time(time.monotonic())
             matches = self.evaluator.tick(now) if now is not None else []
-            if matches:
-                assert now is not None
-                self._store([EngineResult((), tuple(matches))], (), self.offset.seq, now)
-            return 0
+            if not matches:
+                return None
+            assert now is not None
+            return Pending(self, [EngineResult((), tuple(matches))], [], self._next(self.offset.seq, now))
         events = self._fresh(self._events(delivered))
-        self._store(self._evaluate(events), events, delivered[-1].seq, self.evaluator.watermark)
-        return len(delivered)
+        results = self._evaluate(events)
+        return Pending(self, results, events, self._next(delivered[-1].seq, self.evaluator.watermark))
+
+    def _next(self, seq: int, clock: float) -> Offset:
+        return Offset(seq, max(self.offset.watermark, self.evaluator.watermark), max(self.offset.clock, clock),
+                      self.offset.version + 1)
 
     def _evaluate(self, events: Sequence[Event]) -> list[EngineResult]:
-        """The batch's results in stream order: a result's clears are stored after all its matches, so an event
-        that may clear a violation is evaluated on its own, between the runs of events around it (a match after
-        a clear must reopen, not fold into what the clear then resolves)."""
-        results, run = [], []
+        """The batch's results in stream order. A result's clears are stored after all of its matches, so an
+        event that may clear a violation is evaluated on its own, and a match that follows a clear of its
+        violation starts a new result (it must reopen, not fold into what the clear then resolves)."""
+        parts, run = [], []
         for event in events:
             if event.kind in self._clear_kinds:
                 if run:
-                    results.append(self.evaluator.evaluate_batch(run))
+                    parts.append(self.evaluator.evaluate_batch(run))
                     run = []
-                results.append(self.evaluator.evaluate_batch([event]))
+                parts.append(self.evaluator.evaluate_batch([event]))
             else:
                 run.append(event)
-        if run or not results:
-            results.append(self.evaluator.evaluate_batch(run))
-        return results
-
-    def _store(self, results: Sequence[EngineResult], events: Sequence[Event], seq: int, clock: float) -> None:
-        """Store the batch until it is stored (evaluating it again would feed the windows twice); a changed
-        version means a new owner: LostPartition."""
-        new = Offset(seq, max(self.offset.watermark, self.evaluator.watermark), max(self.offset.clock, clock),
-                     self.offset.version + 1)
-        delay = 0.2
-        while True:
-            try:
-                with self._database.session(rederivable=True) as session:
-                    self._write(session, results, events, new)
-                self.offset = new
-                return
-            except LostPartition:
-                raise
-            except GpusloError:
-                log.exception("partition %s: storing a batch failed; retrying in %.1fs", self.partition.name, delay)
-                self._metrics.engine_errors.labels("store").inc()
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _write(self, session: Session, results: Sequence[EngineResult], events: Sequence[Event],
-               new: Offset) -> None:
-        now = datetime.now(UTC)
-        if not offsets.advance(session, self.partition.name, self.offset.version, new, self._owner, now):
-            raise LostPartition(f"partition {self.partition.name}: written by another owner since version "
-                                f"{self.offset.version}")
-        if events:
-            repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
-        for result in results:
-            write_output(session, result, now, self._notify)
+        if run or not parts:
+            parts.append(self.evaluator.evaluate_batch(run))
+        return _in_order(parts)
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
             self.reader = None
+
+
+def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
+    """Merge consecutive results into as few as keep stream order: a new one starts only where a match follows
+    a clear of the same rule and group key. Events are left out (the batch marks them processed once)."""
+    merged: list[EngineResult] = []
+    matches: list[Match] = []
+    clears: list[Clear] = []
+    cleared: set[tuple[str, str]] = set()
+    for part in parts:
+        if cleared and any((m.rule_id, m.group_key) in cleared for m in part.matches):
+            merged.append(EngineResult((), tuple(matches), tuple(clears)))
+            matches, clears, cleared = [], [], set()
+        matches += part.matches
+        clears += part.clears
+        cleared.update((c.rule_id, c.group_key) for c in part.clears)
+    if matches or clears:
+        merged.append(EngineResult((), tuple(matches), tuple(clears)))
+    return merged
+
+
+def store_batches(database: Database, pending: Sequence[Pending], owner: str, notify: Notify,
+                  metrics: Metrics) -> list[PartitionRunner]:
+    """Store the batches of several partitions in one transaction, each with its new offset, until stored (the
+    windows already hold their events: evaluating again would feed them twice). A partition another owner wrote
+    meanwhile is left out and returned (lost); the others are stored without it."""
+    waiting, lost = list(pending), []
+    delay = 0.2
+    while waiting:
+        try:
+            with database.session(rederivable=True) as session:
+                _write(session, waiting, owner, notify)
+        except LostPartition as exc:
+            lost.append(exc.runner)
+            waiting = [p for p in waiting if p.runner is not exc.runner]
+            continue
+        except GpusloError:
+            log.exception("storing %d partition batches failed; retrying in %.1fs", len(waiting), delay)
+            metrics.engine_errors.labels("store").inc()
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        for item in waiting:
+            item.runner.offset = item.offset
+        break
+    return lost
+
+
+def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify) -> None:
+    now = datetime.now(UTC)
+    for item in pending:
+        if not offsets.advance(session, item.runner.partition.name, item.runner.offset.version, item.offset, owner,
+                               now):
+            raise LostPartition(item.runner)
+    events = [event for item in pending for event in item.events]
+    if events:
+        repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
+    for result in _in_order([result for item in pending for result in item.results]):
+        write_output(session, result, now, notify)
+    repository.mark_processed(session, [e.id for e in events], now)  # an embedded engine never redoes them

@@ -19,7 +19,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import ConfigError, GpusloError
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
 from gpuslo.engine.fleet.ownership import Ownership
-from gpuslo.engine.fleet.partition import LostPartition, PartitionRunner, PartitionSettings
+from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, store_batches
 from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
@@ -88,13 +88,13 @@ class Worker:
             return 0
         readers = [r.reader for r in runners if r.reader is not None]
         batches = self._bus.take_all(readers, self._fleet.partition.batch, self._fleet.fetch_timeout_s)
-        handled = 0
-        for runner, delivered in zip(runners, batches, strict=True):
-            try:
-                handled += runner.handle(delivered)
-            except LostPartition as exc:
-                log.warning("worker %s: %s; giving it up", self._fleet.name, exc)
-                self._drop(runner.partition.number, unlock=True)
+        pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
+                   if p is not None]
+        for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics):
+            log.warning("worker %s: partition %s was written by another owner; giving it up", self._fleet.name,
+                        runner.partition.name)
+            self._drop(runner.partition.number, unlock=True)
+        handled = sum(len(p.events) for p in pending)
         self.handled += handled
         return handled
 

@@ -30,6 +30,7 @@ from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.store.db import Database
 
 PARTITIONS = 4
+REBALANCE_S = 5.0  # the stated bound: two rebalance intervals (1 s each), a replay, and a loaded machine's slack
 
 
 def _kill_mid_batch(worker: WorkerProcess, database: Database, timeout: float = 30.0) -> None:
@@ -46,7 +47,7 @@ def _kill_mid_batch(worker: WorkerProcess, database: Database, timeout: float = 
     raise AssertionError(f"worker {worker.name} never had a batch in flight within {timeout}s")
 
 
-def test_kill_worker_mid_batch_kill_nats_leader_restart_everything(
+def test_join_kill_worker_mid_batch_kill_nats_leader_restart_everything(
         cluster: NatsCluster, bus: Bus, fleet_database: Database, tmp_path: Path) -> None:
     events = fleet_events()
     first, second, third = events[: len(events) * 2 // 5], events[len(events) * 2 // 5: len(events) * 7 // 10], \
@@ -55,18 +56,23 @@ def test_kill_worker_mid_batch_kill_nats_leader_restart_everything(
     table = RoutingTable.of(load_directory(RULES)[0], PARTITIONS)
     workers = [WorkerProcess(name, fleet_database, cluster.urls, tmp_path, partitions=PARTITIONS)
                for name in ("w1", "w2")]
-    for worker in workers:
-        worker.start()
-    publisher = Publisher(bus, refresh_s=0.5)
     total = len(table.all_partitions())
-    wait_for(lambda: sorted(owned_partitions(fleet_database).values()) == [total // 2, total // 2], 60,
-             "two workers sharing every partition")
+    publisher = Publisher(bus, refresh_s=0.5)
+    workers[0].start()
     try:
+        wait_for(lambda: owned_partitions(fleet_database) == {"w1": total}, 60, "w1 owning every partition")
+        # 0. A second worker joins: half the partitions move to it.
+        workers[1].start()
+        wait_for(lambda: _members(fleet_database) == 2, 60, "w2 joining")
+        joined = wait_for(lambda: owned_partitions(fleet_database) == {"w1": total // 2, "w2": total // 2}, 30,
+                          "the partitions shared")
         # 1. A worker dies with a batch half-written; its partitions move to the other one.
         assert publish(publisher, first) == (0, 0)
         _kill_mid_batch(workers[0], fleet_database)
+        killed_at = time.monotonic()
         assert publish(publisher, first[:300])[0] == 300  # an agent retrying: JetStream drops the copies
-        wait_for(lambda: owned_partitions(fleet_database) == {"w2": total}, 20, "w2 taking w1's partitions")
+        wait_for(lambda: owned_partitions(fleet_database) == {"w2": total}, 30, "w2 taking w1's partitions")
+        taken_over = time.monotonic() - killed_at
         # 2. The node leading the stream dies while events keep coming.
         leader = bus.stream_leader()
         cluster.kill(next(node for node in cluster.nodes if node.name == leader))
@@ -87,6 +93,9 @@ def test_kill_worker_mid_batch_kill_nats_leader_restart_everything(
     finally:
         for worker in workers:
             worker.stop()
+    print(f"rebalance: a joining worker got its share in {joined:.2f} s, a killed worker's share moved in "
+          f"{taken_over:.2f} s")
+    assert joined < REBALANCE_S and taken_over < REBALANCE_S
     fleet = stored(fleet_database)
     logs = "\n".join(w.log_text() for w in workers)
     assert "Traceback" not in logs, logs[-4000:]
@@ -101,3 +110,14 @@ def test_kill_worker_mid_batch_kill_nats_leader_restart_everything(
     assert {rule for rule, _key, _first in reference.violations} >= {
         "cuda-oom", "oom-storm", "cuda-graph-after-oom", "fragmentation-high", "collective-hang",
         "nccl-watchdog-timeout", "probe-silent"}
+
+
+
+def _members(database: Database) -> int:
+    from gpuslo.engine.fleet.ownership import MEMBER_CLASS
+
+    with database.engine.connect() as connection:
+        return int(connection.execute(text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = :cls "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+            {"cls": MEMBER_CLASS}).scalar() or 0)
