@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))  # the test suite's cluster and worker-process helpers
 
 import engine_workload as workload  # noqa: E402
+from fleet_cluster_support import NatsCluster  # noqa: E402
 from fleet_support import RULES, WorkerProcess, caught_up, owned_partitions, postgres_database  # noqa: E402
-from nats_cluster import NatsCluster  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
 from gpuslo.engine.config import Settings  # noqa: E402

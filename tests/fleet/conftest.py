@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleet_cluster_support import NATS_SERVER, NatsCluster
 from fleet_support import postgres_database
-from nats_cluster import NATS_SERVER, NatsCluster
 
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
 from gpuslo.engine.store.db import Database

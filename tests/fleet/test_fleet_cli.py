@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import httpx
+from fleet_cluster_support import NatsCluster, free_port
 from fleet_support import RULES, wait_for
-from nats_cluster import NatsCluster, free_port
 from sqlalchemy import text
 
 from gpuslo.engine.events import parse_event

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from fleet_cluster_support import NatsCluster
 from fleet_support import (
     RULES,
     WorkerProcess,
@@ -20,7 +21,6 @@ from fleet_support import (
     stored,
     wait_for,
 )
-from nats_cluster import NatsCluster
 from sqlalchemy import text
 
 from gpuslo.engine.fleet.bus import Bus
