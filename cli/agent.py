@@ -15,7 +15,9 @@ from gpuslo.probes.agent import Agent, AgentConfig, probe_specs
 
 
 @click.command("agent")
-@click.option("--server", required=True, help="Base URL of the gpuslo server, e.g. http://gpuslo:8080.")
+@click.option("--server", default=None, help="Base URL of the gpuslo server, e.g. http://gpuslo:8080.")
+@click.option("--bus", "bus_url", envvar="GPUSLO_BUS", default=None, metavar="NATS_URLS",
+              help="Fleet mode: publish to NATS JetStream (comma-separated servers) instead of a server.")
 @click.option("--token", envvar="GPUSLO_AGENT_TOKEN", default=None,
               help="Bearer token for the ingest API (or GPUSLO_AGENT_TOKEN).")
 @click.option("--spool", "spool_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -28,11 +30,14 @@ from gpuslo.probes.agent import Agent, AgentConfig, probe_specs
               help="Seconds between shipping attempts.")
 @click.option("--max-spool-events", type=int, default=100_000, show_default=True,
               help="Events the spool holds before it drops new ones (counted and reported).")
-def agent(server: str, token: str | None, spool_path: Path, probes: tuple[str, ...], host: str | None,
-          ship_interval: float, max_spool_events: int) -> None:
-    """Run probes on this GPU node and ship their events to SERVER, spooling them while it is away."""
+def agent(server: str | None, bus_url: str | None, token: str | None, spool_path: Path, probes: tuple[str, ...],
+          host: str | None, ship_interval: float, max_spool_events: int) -> None:
+    """Run probes on this GPU node and ship their events to --server (or publish them to --bus), spooling them
+    while it is away."""
+    if (server is None) == (bus_url is None):
+        raise click.UsageError("give one of --server URL or --bus NATS_URLS")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = AgentConfig(server=server, token=token, spool_path=spool_path,
+    config = AgentConfig(server=server or "", token=token, spool_path=spool_path,
                          host=host or socket.gethostname(), probes=probe_specs(probes),
                          ship_interval_s=ship_interval, max_spool_events=max_spool_events)
     stopping = threading.Event()
@@ -43,13 +48,25 @@ def agent(server: str, token: str | None, spool_path: Path, probes: tuple[str, .
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     runner = Agent(config)
+    bus = None
+    if bus_url is not None:
+        from gpuslo.cli.agent_bus import BusShipper
+        from gpuslo.cli.worker import bus_servers
+        from gpuslo.engine.fleet.bus import Bus
+        from gpuslo.engine.fleet.publish import Publisher
+
+        bus = Bus(bus_servers(bus_url), name=f"gpuslo-agent-{config.host}")
+        runner.shipper.close()
+        runner.shipper = BusShipper(runner.spool, runner.shipper.config, Publisher(bus))
     runner.start()
-    click.echo(f"gpuslo agent: shipping to {server}, spool {spool_path}", err=True)
+    click.echo(f"gpuslo agent: shipping to {server or bus_url}, spool {spool_path}", err=True)
     try:
         while not stopping.wait(1.0):
             pass
     finally:
         runner.stop()
+        if bus is not None:
+            bus.close()
 
 
 if __name__ == "__main__":

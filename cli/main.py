@@ -1,4 +1,4 @@
-"""The `gpuslo` command: serve, rules check, replay, db upgrade and the probe commands."""
+"""The `gpuslo` command: serve, worker, rules check, replay, db upgrade and the probe commands."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gpuslo.cli.slo import slo
 from gpuslo.cli.stalls import stalls
 from gpuslo.cli.tokens import tokens, users
 from gpuslo.cli.violations import violations
+from gpuslo.cli.worker import worker
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -67,16 +68,18 @@ def main(ctx: click.Context, config_file: Path | None) -> None:
               help="Also run a node probe in this process (as `gpuslo agent --probe`); repeatable.")
 @click.option("--probe-token", envvar="GPUSLO_PROBE_TOKEN", default=None,
               help="Ingest token the local probes use once access control is on (or $GPUSLO_PROBE_TOKEN).")
+@click.option("--bus", "bus_url", envvar="GPUSLO_BUS", default=None, metavar="NATS_URLS",
+              help="Fleet mode: publish ingested events to NATS JetStream (workers evaluate them); no engine here.")
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None, rules_dir: Path | None, probes: tuple[str, ...],
-          probe_token: str | None) -> None:
+          probe_token: str | None, bus_url: str | None) -> None:
     """Run ingest, the rules engine, the web UI and the JSON API in one process (SIGHUP reloads rulebooks)."""
     from gpuslo.cli.serve import configure_logging, run_server
 
     configure_logging()
     changes = {"host": host, "port": port, "rules_dir": rules_dir}
     settings = settings_of(ctx).with_overrides(**{k: v for k, v in changes.items() if v is not None})
-    run_server(settings, probes, probe_token)
+    run_server(settings, probes, probe_token, bus_url)
 
 
 @main.group()
@@ -210,6 +213,7 @@ main.add_command(tokens)
 main.add_command(users)
 main.add_command(slo)
 main.add_command(stalls)
+main.add_command(worker)
 
 
 if __name__ == "__main__":  # `python -m gpuslo.cli.main`, as the MCP test starts it

@@ -107,14 +107,19 @@ def startup_warnings(settings: Settings) -> list[str]:
     return found
 
 
-def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str | None = None) -> None:
-    """Open the core (migrates the database, loads rulebooks), serve until a signal, then close it all."""
+def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str | None = None,
+               bus_url: str | None = None) -> None:
+    """Open the core (migrates the database, loads rulebooks), serve until a signal, then close it all.
+
+    With `bus_url` (fleet mode) ingest publishes to the bus and the periodic jobs run only in the fleet leader.
+    """
     from gpuslo.engine.service import Gpuslo
     from gpuslo.web import create_app
 
     for warning in startup_warnings(settings):
         log.warning("%s", warning)
-    core = Gpuslo.open(settings)
+    fleet = open_fleet_replica(settings, bus_url) if bus_url else None
+    core = Gpuslo.open(settings, publish=fleet.publish, leader=fleet.lead) if fleet else Gpuslo.open(settings)
     agent = None
     try:
         server = create_wsgi_server(create_app(settings, core=core), settings)
@@ -138,7 +143,46 @@ def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str 
         if agent is not None:
             agent.stop()
         core.close()
+        if fleet is not None:
+            fleet.close()
         log.info("gpuslo stopped")
+
+
+class FleetReplica:
+    """What `serve --bus` adds: the bus publisher, and the leader lock that gates the periodic jobs."""
+
+    def __init__(self, settings: Settings, bus_url: str):
+        from gpuslo.cli.worker import bus_servers
+        from gpuslo.engine.fleet.bus import Bus
+        from gpuslo.engine.fleet.ownership import Ownership
+        from gpuslo.engine.fleet.publish import Publisher
+        from gpuslo.engine.store.db import Database
+
+        self._database = Database(settings.database_url)
+        self._bus = Bus(bus_servers(bus_url), name=f"gpuslo-serve-{socket.gethostname()}")
+        self.publish = Publisher(self._bus).publish
+        self._ownership = Ownership(self._database, f"serve-{socket.gethostname()}", member=False)
+        self._lock = threading.Lock()
+
+    def lead(self) -> bool:
+        """Whether this replica leads the fleet now (re-joining after a lost lock connection)."""
+        with self._lock:
+            try:
+                if not self._ownership.connected:
+                    self._ownership.join()
+                return self._ownership.lead()
+            except Exception:  # noqa: BLE001 - no database now: not the leader; the job runs elsewhere or later
+                log.exception("fleet leader lock")
+                return False
+
+    def close(self) -> None:
+        self._ownership.leave()
+        self._bus.close()
+        self._database.dispose()
+
+
+def open_fleet_replica(settings: Settings, bus_url: str) -> FleetReplica:
+    return FleetReplica(settings, bus_url)
 
 
 def _safe_url(url: str) -> str:

@@ -56,6 +56,9 @@ class Ingest:
                  clock_skew_s: float, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self._database, self._metrics, self._submit = database, metrics, submit
         self._skew_s, self._clock = clock_skew_s, clock
+        # Fleet mode: new events go to the bus (JetStream's ack says accepted or duplicate) instead of the
+        # database and the local engine (docs/fleet.md).
+        self.publish: Callable[[Sequence[Event]], list[str]] | None = None
 
     def rejected(self, kind: str, problem: FieldProblem, count: int = 1) -> None:
         """Count refused items (also called by the web layer for NDJSON lines that are not JSON)."""
@@ -81,12 +84,22 @@ class Ingest:
 
     def _store(self, valid: list[tuple[int, Event]], results: list[IngestResult | None]) -> None:
         events = [event for _, event in valid]
+        if self.publish is not None:  # a bus that does not ack fails the request (503): nothing was refused
+            statuses: list[str | FieldProblem] = list(self.publish(events))
+        else:
+            statuses = self._store_batch(events)
+        self._count(valid, statuses, results)
+
+    def _store_batch(self, events: list[Event]) -> list[str | FieldProblem]:
         try:
             with self._database.session() as session:
-                statuses = repository.store_events(session, events)
+                return list(repository.store_events(session, events))
         except Exception as exc:  # noqa: BLE001  # whatever the driver raises, the events are retried alone
             log.warning("storing a batch of %d events failed (%s); storing them one by one", len(events), exc)
-            statuses = self._store_each(events, exc)
+            return self._store_each(events, exc)
+
+    def _count(self, valid: list[tuple[int, Event]], statuses: Sequence[str | FieldProblem],
+               results: list[IngestResult | None]) -> None:
         fresh = []
         counted: Counter[tuple[str, str]] = Counter()  # one metric update per kind and status, not per event
         for (index, event), status in zip(valid, statuses, strict=True):
@@ -106,7 +119,8 @@ class Ingest:
             else:
                 self._metrics.events_rejected.labels(kind, "conflict").inc(count)
         self._metrics.signals.observe(fresh)  # token-latency and fragmentation series for /metrics
-        self._submit(fresh)
+        if self.publish is None:
+            self._submit(fresh)
 
     def _store_each(self, events: Sequence[Event], batch_error: Exception) -> list[str | FieldProblem]:
         """Each event in its own transaction; one the database refuses becomes a problem. When the database

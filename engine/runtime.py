@@ -212,6 +212,11 @@ class RuleEvaluator:
             return timestamp
         return min(timestamp, self._wall_clock() + self._max_ahead_s)
 
+    @property
+    def watermark(self) -> float:
+        """The newest event time evaluated (0 before the first event)."""
+        return self._watermark
+
     def tick(self, now: float) -> list[Match]:
         """Absence checks at event time `now` (between batches; batches check at their own event times)."""
         with self._lock:

@@ -132,6 +132,8 @@ class Gpuslo:
             self.scheduler.add_job(self.reload_if_changed, "interval", seconds=settings.rules_poll_seconds,
                                    id="rules-watch", max_instances=1, coalesce=True)
         self._rules_fingerprint: tuple[tuple[str, int, int], ...] | None = None
+        # Fleet mode (`serve --bus`): valid events go to the bus and the workers store and evaluate them.
+        self.publish: Callable[[Sequence[Event]], list[str]] | None = None
         # Alerting (optional): routing config, and the outbox delivery job on the same scheduler.
         self.alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
                                             if settings.alerts_config else None)
@@ -147,14 +149,25 @@ class Gpuslo:
             self.resender.install(self.scheduler)
 
     @classmethod
-    def open(cls, settings: Settings) -> Gpuslo:
-        """Migrate the database, load the rulebooks and start the engine."""
+    def open(cls, settings: Settings, *, publish: Callable[[Sequence[Event]], list[str]] | None = None,
+             leader: Callable[[], bool] | None = None) -> Gpuslo:
+        """Migrate the database, load the rulebooks and start the engine.
+
+        Fleet mode: `publish` takes the engine's place (no engine thread here), and the periodic jobs run only
+        while `leader()` says this process leads the fleet.
+        """
         database = Database(settings.database_url)
         database.upgrade()
         check_durability(database, allow_unsafe=settings.allow_unsafe_durability)
         core = cls(settings, database, Metrics())
         core.reload_rulebooks()
-        core.runtime.start()
+        core.publish = publish
+        core._ingest.publish = publish
+        if publish is None:
+            core.runtime.start()
+        if leader is not None:
+            for job in core.scheduler.get_jobs():
+                job.modify(func=_led(leader, job.func))
         core.scheduler.start()
         return core
 
@@ -272,6 +285,8 @@ class Gpuslo:
         self._ingest.rejected("unknown", problem)
 
     def engine_health(self) -> EngineHealth:
+        if self.publish is not None:  # fleet mode: the workers evaluate; this replica only publishes
+            return EngineHealth(True)
         return self.runtime.health()
 
     def _state_snapshot(self) -> StateSnapshot:
@@ -485,3 +500,10 @@ def _stored_source(rulebook: Rulebook) -> str:
 def _loaded(rulebooks: Sequence[Rulebook]) -> dict[str, object]:
     """The running rulebooks as an audit snapshot: name → version and content hash."""
     return {rb.name: f"{rb.version} {rb.content_hash[:12]}" for rb in rulebooks}
+
+
+def _led(leader: Callable[[], bool], job: Callable[..., object]) -> Callable[..., object]:
+    """A periodic job that runs only in the fleet's leader."""
+    def run(*args: object, **kwargs: object) -> object:
+        return job(*args, **kwargs) if leader() else None
+    return run

@@ -1,0 +1,180 @@
+"""Fleet mode: events/s per worker from the bus to stored violations, against in-process evaluation in the same run.
+
+Writes the section "## Fleet (bench/fleet.py)" of bench/RESULTS.md. Starts its own 3-node NATS JetStream cluster
+(R3 stream) on free loopback ports and uses scratch PostgreSQL databases on 127.0.0.1:5432, dropped afterwards.
+
+  python bench/fleet.py [--events 20000] [--workers 1 2] [--partitions 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))  # the test suite's cluster and worker-process helpers
+
+import engine_workload as workload  # noqa: E402
+from fleet_cluster_support import NatsCluster  # noqa: E402
+from fleet_support import RULES, WorkerProcess, caught_up, owned_partitions, postgres_database  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from gpuslo.engine.config import Settings  # noqa: E402
+from gpuslo.engine.fleet.bus import Bus, StreamSettings  # noqa: E402
+from gpuslo.engine.fleet.publish import Publisher  # noqa: E402
+from gpuslo.engine.fleet.routing import RoutingTable  # noqa: E402
+from gpuslo.engine.metrics import Metrics  # noqa: E402
+from gpuslo.engine.rulebook import load_directory  # noqa: E402
+from gpuslo.engine.runtime import RuleEvaluator  # noqa: E402
+from gpuslo.engine.service import Gpuslo  # noqa: E402
+
+RESULTS = ROOT / "bench" / "RESULTS.md"
+SECTION = "## Fleet (bench/fleet.py)"
+
+
+def in_process_evaluation(events: list, rulebooks: Sequence) -> float:  # type: ignore[type-arg]
+    """RuleEvaluator alone (no store), batches of 500: events/s."""
+    evaluator = RuleEvaluator()
+    evaluator.load(rulebooks)
+    started = time.perf_counter()
+    for start in range(0, len(events), 500):
+        evaluator.evaluate_batch(events[start:start + 500])
+    return len(events) / (time.perf_counter() - started)
+
+
+def in_process_stored(items: list[dict], events: int) -> tuple[float, int]:  # type: ignore[type-arg]
+    """The embedded core (`gpuslo serve` without HTTP) on PostgreSQL: ingest stores, the engine evaluates and
+    stores the violations; events/s and the occurrences stored."""
+    with postgres_database("bench_embedded") as database:
+        core = Gpuslo(Settings(database_url=database.url, rules_dir=RULES, rules_poll_seconds=0), database,
+                      Metrics())
+        core.reload_rulebooks()
+        core.runtime.start()
+        try:
+            started = time.perf_counter()
+            for start in range(0, len(items), 500):
+                core.ingest(items[start:start + 500])
+            assert core.wait_idle(600)
+            elapsed = time.perf_counter() - started
+            return events / elapsed, _occurrences(database)
+        finally:
+            core.close()
+
+
+def _occurrences(database) -> int:  # type: ignore[no-untyped-def]
+    with database.engine.connect() as connection:
+        return int(connection.execute(text("SELECT coalesce(sum(occurrences), 0) FROM violations")).scalar() or 0)
+
+
+def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partitions: int, folder: Path,
+              bus: Bus) -> tuple[float, int, float]:
+    """k workers drain the (already published) stream into a fresh database: events/s in all, the occurrences
+    stored, and the seconds from the last worker joining to the first stored batch (skew)."""
+    with postgres_database(f"bench_fleet{workers}") as database:
+        procs = [WorkerProcess(f"b{i}", database, cluster.urls, folder, partitions=partitions)
+                 for i in range(workers)]
+        for proc in procs:
+            proc.start()
+        try:
+            while len(owned_partitions(database)) < workers:  # every worker holds partitions: the clock starts
+                time.sleep(0.02)
+            started = time.perf_counter()
+            while not caught_up(bus, database, table):
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            return elapsed, _occurrences(database), 0.0
+        finally:
+            for proc in procs:
+                proc.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--partitions", type=int, default=8)
+    args = parser.parse_args(argv)
+    rulebooks = load_directory(RULES)[0]
+    table = RoutingTable.of(rulebooks, args.partitions)
+    items = workload.mixed(args.events)
+    events = [workload.to_event(item) for item in items]
+    evaluate_rate = max(in_process_evaluation(events, rulebooks) for _ in range(2))
+    embedded_rate, embedded_occurrences = in_process_stored(items, len(events))
+    copies = sum(len(table.route(e)) for e in events)
+    folder = Path(tempfile.mkdtemp(prefix="gpuslo-bench-fleet-"))
+    cluster = NatsCluster.create(folder / "nats")
+    cluster.start()
+    rows = []
+    try:
+        bus = Bus(cluster.urls, name="bench")
+        bus.ensure_stream(StreamSettings(replicas=3))
+        bus.put_routes(table)
+        started = time.perf_counter()
+        publisher = Publisher(bus)
+        for start in range(0, len(events), 1000):
+            publisher.publish(events[start:start + 1000])
+        publish_rate = len(events) / (time.perf_counter() - started)
+        for workers in args.workers:
+            elapsed, occurrences, _ = fleet_run(cluster, table, workers, args.partitions, folder, bus)
+            rate = len(events) / elapsed
+            rows.append((workers, rate, rate / workers, occurrences))
+            print(f"{workers} worker(s): {rate:,.0f} ev/s, {rate / workers:,.0f} per worker, "
+                  f"{occurrences} occurrences (embedded: {embedded_occurrences})", flush=True)
+        bus.close()
+    finally:
+        cluster.stop()
+    report(args, evaluate_rate, embedded_rate, embedded_occurrences, publish_rate, copies, len(events), rows)
+
+
+def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float, embedded_occurrences: int,
+           publish_rate: float, copies: int, events: int, rows: list[tuple[int, float, float, int]]) -> None:
+    one = rows[0][2] if rows else 0.0
+    lines = [SECTION, "",
+             f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Machine: {platform.system()} {platform.release()}, "
+             f"{os.cpu_count()} vCPU (shared with other tenants: expect ±30 % run to run), Python "
+             f"{platform.python_version()}; nats-server, PostgreSQL and every worker on the same machine.",
+             f"Command: `python bench/fleet.py --events {events} --workers {' '.join(map(str, args.workers))} "
+             f"--partitions {args.partitions}`.", "",
+             "| part | events/s | ratio |", "|---|---|---|",
+             f"| in-process evaluation (RuleEvaluator, no store) | {evaluate_rate:,.0f} | baseline A |",
+             f"| in-process, stored: the embedded core on PostgreSQL (ingest stores, engine, violations stored) | "
+             f"{embedded_rate:,.0f} | baseline B |",
+             f"| publish to the R3 stream ({copies / events:.2f} copies per event, acks awaited) | "
+             f"{publish_rate:,.0f} | |"]
+    for workers, rate, per_worker, occurrences in rows:
+        check = "equal" if occurrences == embedded_occurrences else f"DIFFER ({embedded_occurrences} embedded)"
+        lines.append(f"| {workers} worker(s): bus → stored violations ({occurrences} occurrences, {check}) | "
+                     f"{rate:,.0f} in all, {per_worker:,.0f} per worker | per worker / B = "
+                     f"{per_worker / embedded_rate:.2f} (target >= 0.5); / A = {per_worker / evaluate_rate:.2f}; "
+                     f"scaling efficiency {per_worker / one:.2f} |")
+    best = max((rate for _, rate, _, _ in rows), default=0.0)
+    lines += ["", f"At one event per GPU per second, one worker here keeps up with about {one:,.0f} GPUs and "
+              f"the best run ({max(rows)[0] if rows else 0} workers) with about {best:,.0f}.", "",
+              "Method: the workload of bench/engine.py (fleet mix, 64 hosts × 8 GPUs, all shipped rulebooks) is "
+              "published once; for each worker count, that many `gpuslo worker` processes start on a fresh "
+              "PostgreSQL database (so every partition starts at sequence 0, no replay), and the clock runs from "
+              "the moment every worker holds partitions until every partition has stored the last sequence of its "
+              "subject. Each worker stores every event it reads (the event log and evidence targets), the "
+              "violations, evidence, history and offsets in one transaction per batch, as the embedded core "
+              "stores events and violations. Occurrences are compared with the embedded run's."]
+    text_ = "\n".join(lines) + "\n"
+    print(text_)
+    old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
+    if SECTION in old:
+        head, rest = old.split(SECTION, 1)
+        following = rest.find("\n## ")
+        new = head + text_ + (rest[following:] if following >= 0 else "")
+    else:
+        new = old.rstrip("\n") + "\n\n" + text_
+    RESULTS.write_text(new, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""`gpuslo worker`: claim a fair share of the partitions, replay each claimed one, then evaluate and store what
+the stream brings; give partitions back when workers join, take them over when workers leave."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from gpuslo.engine.alerts import AlertsConfig, enqueue_for_change, load_alerts_config
+from gpuslo.engine.config import Settings
+from gpuslo.engine.errors import ConfigError, GpusloError
+from gpuslo.engine.fleet.bus import Bus, StreamSettings
+from gpuslo.engine.fleet.ownership import Ownership
+from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, store_batches
+from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
+from gpuslo.engine.metrics import Metrics
+from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.store.db import Database
+from gpuslo.engine.store.views import ViolationView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a worker partitions, rebalances and reads (every worker of a fleet uses the same `partitions`)."""
+
+    partitions: int = 16
+    rebalance_s: float = 1.0
+    fetch_timeout_s: float = 0.25
+    stream: StreamSettings = field(default_factory=StreamSettings)
+    partition: PartitionSettings = field(default_factory=PartitionSettings)
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+
+
+class Worker:
+    """One engine worker of a fleet."""
+
+    def __init__(self, settings: Settings, bus: Bus, database: Database, fleet: WorkerSettings,
+                 metrics: Metrics | None = None):
+        self._settings = settings
+        self._bus = bus
+        self._database = database
+        self._fleet = fleet
+        self.metrics = metrics or Metrics()
+        self.rulebooks = _load(settings)
+        self.table = RoutingTable.of(self.rulebooks, fleet.partitions)
+        self._partitions = {p.number: p for p in self.table.all_partitions()}
+        self._alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
+                                             if settings.alerts_config else None)
+        self.ownership = Ownership(database, fleet.name)
+        self.runners: dict[int, PartitionRunner] = {}
+        self.handled = 0
+
+    def prepare(self) -> None:
+        """Create the stream and bucket if missing and publish this worker's routing table."""
+        self._bus.ensure_stream(self._fleet.stream)
+        self._bus.put_routes(self.table)
+
+    def run(self, stop: threading.Event) -> None:
+        """Work until `stop` is set; partitions are given back (locks released) on the way out."""
+        next_rebalance = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() >= next_rebalance:
+                    self.rebalance()
+                    next_rebalance = time.monotonic() + self._fleet.rebalance_s
+                self.step()
+        finally:
+            for number in list(self.runners):
+                self._drop(number)
+            self.ownership.leave()
+
+    def step(self) -> int:
+        """One fetch across every owned partition and the handling of what came; returns messages handled."""
+        runners = list(self.runners.values())
+        if not runners:
+            time.sleep(self._fleet.fetch_timeout_s)
+            return 0
+        readers = [r.reader for r in runners if r.reader is not None]
+        batches = self._bus.take_all(readers, self._fleet.partition.batch, self._fleet.fetch_timeout_s)
+        pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
+                   if p is not None]
+        for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics):
+            log.warning("worker %s: partition %s was written by another owner; giving it up", self._fleet.name,
+                        runner.partition.name)
+            self._drop(runner.partition.number, unlock=True)
+        handled = sum(len(p.events) for p in pending)
+        self.handled += handled
+        return handled
+
+    def rebalance(self) -> None:
+        try:
+            if not self.ownership.connected:
+                self.ownership.join()
+            claimed, released = self.ownership.rebalance(sorted(self._partitions))
+        except GpusloError as exc:
+            log.error("worker %s: lost the lock connection (%s); dropping every partition", self._fleet.name, exc)
+            for number in list(self.runners):
+                self._drop(number)
+            return
+        for number in released:
+            self._drop(number)
+        for number in sorted(claimed):
+            self._claim(self._partitions[number])
+        if claimed or released:
+            log.info("worker %s: claimed %s, released %s; owns %d of %d", self._fleet.name,
+                     _names(self._partitions, claimed), _names(self._partitions, released), len(self.runners),
+                     len(self._partitions))
+
+    def _claim(self, partition: Partition) -> None:
+        runner = PartitionRunner(partition, rulebooks_for(self.rulebooks, partition.space), bus=self._bus,
+                                 database=self._database, owner=self._fleet.name, notify=self._notify,
+                                 metrics=self.metrics, settings=self._fleet.partition)
+        try:
+            runner.open()
+        except GpusloError as exc:
+            log.error("worker %s: opening partition %s failed: %s", self._fleet.name, partition.name, exc)
+            runner.close()
+            self.ownership.release(partition.number)
+            return
+        self.runners[partition.number] = runner
+
+    def _drop(self, number: int, *, unlock: bool = False) -> None:
+        runner = self.runners.pop(number, None)
+        if runner is not None:
+            runner.close()
+        if unlock:
+            try:
+                self.ownership.release(number)
+            except GpusloError:
+                pass  # the lock connection is gone: so is the lock
+
+    def _notify(self, session: Session, view: ViolationView, now: datetime) -> None:
+        if self._alerts is not None:
+            enqueue_for_change(session, view, config=self._alerts, public_url=self._settings.public_url, now=now)
+
+
+def _load(settings: Settings) -> tuple[Rulebook, ...]:
+    rulebooks, problems = load_directory(settings.rules_dir, settings.rules_overrides_dir)
+    for problem in problems:
+        log.error("rulebook problem: %s", problem)
+    if problems:
+        raise ConfigError(f"fleet worker: {len(problems)} rulebook problem(s) in {settings.rules_dir}; every "
+                          f"worker must run the same good rulebooks (the first: {problems[0]})")
+    return rulebooks
+
+
+def _names(partitions: dict[int, Partition], numbers: Sequence[int] | set[int]) -> str:
+    return ", ".join(partitions[n].name for n in sorted(numbers)) or "none"

@@ -1,0 +1,70 @@
+"""Partition ownership and the exactly-once fence on the real PostgreSQL: advisory locks share the partitions
+fairly and die with their connection; a stale owner's batch is refused whole by the offset's compare-and-set."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from fleet_support import wait_for
+from sqlalchemy import text
+
+from gpuslo.engine.errors import StoreError
+from gpuslo.engine.fleet import offsets
+from gpuslo.engine.fleet.offsets import Offset
+from gpuslo.engine.fleet.ownership import Ownership
+from gpuslo.engine.store.db import Database
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_workers_share_partitions_fairly_and_take_over_a_dead_ones(fleet_database: Database) -> None:
+    first, second = Ownership(fleet_database, "a"), Ownership(fleet_database, "b")
+    partitions = list(range(10))
+    first.join()
+    assert first.rebalance(partitions) == (set(partitions), set())
+    second.join()
+    assert first.members() == 2
+    assert second.rebalance(partitions) == (set(), set())  # all taken: waits for a release
+    claimed, released = first.rebalance(partitions)
+    assert claimed == set() and len(released) == 5
+    claimed, _ = second.rebalance(partitions)
+    assert claimed == released and first.held.isdisjoint(second.held)
+    second.leave()  # as a kill: the connection closes and every lock of b goes with it
+    wait_for(lambda: first.members() == 1, 5, "b's member lock going with its connection")
+    assert first.rebalance(partitions)[0] == released and first.held == set(partitions)
+    first.leave()
+
+
+def test_one_leader_at_a_time_and_the_next_takes_over(fleet_database: Database) -> None:
+    web_a, web_b = (Ownership(fleet_database, name, member=False) for name in ("web-a", "web-b"))
+    web_a.join()
+    web_b.join()
+    assert web_a.members() == 0  # web replicas never count as workers
+    assert web_a.lead() and not web_b.lead() and web_a.lead()
+    web_a.leave()
+    wait_for(web_b.lead, 5, "the next replica taking the leader lock")  # the server ends a's session async
+    web_b.leave()
+
+
+def test_sqlite_is_refused_for_fleet_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    database = Database(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(StoreError, match="fleet mode needs PostgreSQL"):
+        Ownership(database, "w")
+    database.dispose()
+
+
+def test_a_stale_owner_cannot_store_a_batch(fleet_database: Database) -> None:
+    with fleet_database.session() as session:
+        assert offsets.advance(session, "host.0", 0, Offset(10, 5.0, 5.0, 1), "a", NOW)
+    with fleet_database.session() as session:  # a second first writer (both read "nothing stored yet")
+        assert not offsets.advance(session, "host.0", 0, Offset(12, 6.0, 6.0, 1), "b", NOW)
+    with fleet_database.session() as session:
+        assert offsets.advance(session, "host.0", 1, Offset(20, 7.0, 7.0, 2), "b", NOW)  # b took over
+    with fleet_database.session() as session:  # a, still believing in version 1, is refused
+        assert not offsets.advance(session, "host.0", 1, Offset(30, 8.0, 8.0, 2), "a", NOW)
+    with fleet_database.session(readonly=True) as session:
+        assert offsets.read(session, "host.0") == Offset(20, 7.0, 7.0, 2)
+        assert offsets.read(session, "host.1") == Offset()
+        owner = session.execute(text("SELECT owner FROM fleet_partitions WHERE partition = 'host.0'")).scalar()
+    assert owner == "b"
