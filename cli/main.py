@@ -15,6 +15,7 @@ from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
 from gpuslo.cli.silences import silences
 from gpuslo.cli.slo import slo
+from gpuslo.cli.slos_client import slos
 from gpuslo.cli.stalls import stalls
 from gpuslo.cli.tokens import tokens, users
 from gpuslo.cli.violations import violations
@@ -204,6 +205,7 @@ def mcp(ctx: click.Context, server: str | None, token: str | None, transport: st
 # Commands written in their own modules.
 main.add_command(violations)
 main.add_command(silences)
+main.add_command(slos)
 main.add_command(agent)
 main.add_command(alerts)
 probe.add_command(logs_command)

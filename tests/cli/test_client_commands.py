@@ -115,3 +115,16 @@ def test_documented_exit_codes_are_the_ones_used() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert EXIT_REFUSED == 1 and EXIT_UNREACHABLE == 2
     assert "exit **0** on success, **1** when the server refused" in readme
+
+
+def test_slos_list_and_show(server: LiveServer) -> None:
+    code, text = gpuslo(server, "slos", "list", "-o", "json")
+    listed = json.loads(text)["items"]
+    assert code == 0 and listed and all("burn_rates" in i and "error_budget_remaining" in i for i in listed)
+    code, text = gpuslo(server, "slos", "list")
+    assert code == 0 and text.splitlines()[0].split()[:3] == ["ID", "OBJECTIVE", "GOOD"] and listed[0]["id"] in text
+    code, text = gpuslo(server, "slos", "show", listed[0]["id"], "-o", "json")
+    shown = json.loads(text)
+    assert code == 0 and shown["id"] == listed[0]["id"] and "causes" in shown and "unattributed" in shown
+    code, text = gpuslo(server, "slos", "show", "no-such-slo")
+    assert code == 1 and "404" in text
