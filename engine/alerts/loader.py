@@ -20,7 +20,7 @@ from gpuslo.engine.alerts.secrets import Secret, is_reference, resolve
 from gpuslo.engine.alerts.slack import SlackReceiver
 from gpuslo.engine.alerts.webhook import FORMATS, WebhookReceiver, signing_key
 from gpuslo.engine.errors import ConfigError, RulebookError
-from gpuslo.engine.rulebook.loader import Document, Path_, decode, load_yaml
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_, decode, load_yaml
 from gpuslo.engine.units import parse_duration
 
 log = logging.getLogger(__name__)

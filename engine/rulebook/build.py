@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuslo.engine.rulebook.check_context import expression_location
 from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 from gpuslo.engine.rulebook.model import (
     ARM_ALIAS,
     CLEAR_ALIAS,

@@ -9,7 +9,7 @@ from typing import Any
 from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 
 
 def expression_location(doc: Document, path: Path_) -> tuple[Location, bool]:

@@ -18,7 +18,7 @@ from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.rulebook.build import build_rulebook
 from gpuslo.engine.rulebook.check_context import expression_location
 from gpuslo.engine.rulebook.expr import tokenize
-from gpuslo.engine.rulebook.loader import Document, Path_, load_yaml
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_, load_yaml
 from gpuslo.engine.rulebook.model import Correlation, Override, Rule, Rulebook
 from gpuslo.engine.rulebook.validate import validate
 

@@ -9,7 +9,7 @@ from gpuslo.engine.errors import Location, RulebookProblem
 from gpuslo.engine.events import KINDS, field_type
 from gpuslo.engine.rulebook.check_context import CheckContext
 from gpuslo.engine.rulebook.hints import did_you_mean
-from gpuslo.engine.rulebook.loader import Path_
+from gpuslo.engine.rulebook.marked_yaml import Path_
 from gpuslo.engine.rulebook.model import CLEAR_ALIAS
 from gpuslo.engine.rulebook.template_check import template_problems
 from gpuslo.engine.rulebook.trigger_checks import when_problems

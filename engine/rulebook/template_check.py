@@ -9,7 +9,7 @@ import jinja2.meta
 
 from gpuslo.engine.errors import RulebookProblem
 from gpuslo.engine.rulebook.hints import did_you_mean
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 from gpuslo.engine.templates import summary_environment
 
 # collective: gpuslo.engine.collectives, None if no hang; cascade: gpuslo.engine.cascades (root and cascades)

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuslo.engine.errors import EventError, Location, RulebookError, RulebookProblem
 from gpuslo.engine.events import Event, format_time, parse_event
-from gpuslo.engine.rulebook.loader import Document, Path_, decode, load_yaml
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_, decode, load_yaml
 from gpuslo.engine.units import parse_duration
 
 TEST_SUFFIX = ".test.yaml"

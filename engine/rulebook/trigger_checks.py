@@ -10,7 +10,7 @@ from gpuslo.engine.errors import RulebookProblem
 from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.check_context import CheckContext
 from gpuslo.engine.rulebook.expr import KEYWORDS
-from gpuslo.engine.rulebook.loader import Path_
+from gpuslo.engine.rulebook.marked_yaml import Path_
 from gpuslo.engine.rulebook.value_checks import duration_problem, field_problems, kind_problem
 
 MAX_WITHIN_S = 86400.0  # the runtime keeps correlation state this long at most

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuslo.engine.errors import Location, RulebookProblem
 from gpuslo.engine.rulebook.check_context import CheckContext
 from gpuslo.engine.rulebook.expr import KEYWORDS
-from gpuslo.engine.rulebook.loader import Document
+from gpuslo.engine.rulebook.marked_yaml import Document
 from gpuslo.engine.rulebook.rule_checks import rule_problems
 from gpuslo.engine.rulebook.schema_check import schema_problems
 from gpuslo.engine.rulebook.value_checks import duration_problem

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from gpuslo.engine.errors import RulebookProblem
 from gpuslo.engine.events import ENVELOPE_FIELDS, KIND_ATTRS, KINDS, field_type
 from gpuslo.engine.rulebook.hints import did_you_mean
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 from gpuslo.engine.units import parse_duration
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from importlib import metadata
 
 from gpuslo.engine.errors import RulebookProblem
-from gpuslo.engine.rulebook.loader import Document
+from gpuslo.engine.rulebook.marked_yaml import Document
 
 _REQUIRES = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*")
 _COMPARISONS = {

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpuslo.engine.rulebook.check_context import expression_location
 from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 from gpuslo.engine.rulebook.model import EventPattern
 from gpuslo.engine.slo.model import DEFAULT_POLICY, BurnAlert, BurnPair, CompiledSli, Sli
 from gpuslo.engine.units import parse_duration

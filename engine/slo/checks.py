@@ -14,7 +14,7 @@ from gpuslo.engine.errors import RulebookError, RulebookProblem
 from gpuslo.engine.events import ENVELOPE_FIELDS, KINDS, Event
 from gpuslo.engine.rulebook.check_context import CheckContext, expression_location
 from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Path_
+from gpuslo.engine.rulebook.marked_yaml import Path_
 from gpuslo.engine.rulebook.model import And, Compare, Exists, Expr, Literal, Not, Or
 from gpuslo.engine.rulebook.value_checks import duration_problem, field_problems, kind_problem
 from gpuslo.engine.slo.model import MIN_WINDOW_S

@@ -21,7 +21,7 @@ from gpuslo.engine.events import parse_event
 from gpuslo.engine.explain import SummaryRenderer
 from gpuslo.engine.rulebook import load_rulebook_text
 from gpuslo.engine.rulebook.compile import compile_rulebook
-from gpuslo.engine.rulebook.loader import decode
+from gpuslo.engine.rulebook.marked_yaml import decode
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = tuple(
