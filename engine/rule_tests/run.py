@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuslo.engine.errors import GpusloError, Location, RulebookError, RulebookProblem
-from gpuslo.engine.rulebook import load_rulebook
-from gpuslo.engine.rulebook.model import Absence, Correlation, Rulebook, Trigger
-from gpuslo.engine.rulebook.testfile import (
+from gpuslo.engine.rule_tests.files import (
     BASE_TIME,
     TEST_SUFFIX,
     Expectation,
@@ -26,6 +24,8 @@ from gpuslo.engine.rulebook.testfile import (
     load_test_file,
     read_test_header,
 )
+from gpuslo.engine.rulebook import load_rulebook
+from gpuslo.engine.rulebook.model import Absence, Correlation, Rulebook, Trigger
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.violations import Match
 
