@@ -10,23 +10,24 @@ from gpuslo.engine.rulebook.build import build_rulebook
 from gpuslo.engine.rulebook.marked_yaml import Document, decode, load_yaml
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.rulebook.overrides import apply_override, orphan_problems, override_path
-from gpuslo.engine.rulebook.validate import validate
+from gpuslo.engine.rulebook.validate import Validation, validate
 
 RULEBOOK_SUFFIXES = (".yaml", ".yml")
 TEST_SUFFIX = ".test.yaml"
 
 
-def _document(text: str, filename: str) -> Document:
+def _document(text: str, filename: str) -> tuple[Document, Validation]:
     doc = load_yaml(text, filename)
-    problems = validate(doc)
-    if problems:
-        raise RulebookError(problems)
-    return doc
+    checked = validate(doc)
+    if checked.problems:
+        raise RulebookError(checked.problems)
+    return doc, checked
 
 
 def load_rulebook_text(text: str, filename: str) -> Rulebook:
     """Parse, validate and build one rulebook; raises RulebookError listing every problem, in file order."""
-    return build_rulebook(_document(text, filename), text)
+    doc, checked = _document(text, filename)
+    return build_rulebook(doc, text, checked.conditions)
 
 
 def _read(path: Path) -> str:
@@ -47,10 +48,10 @@ def load_rulebook(path: Path, *, overrides_dir: Path | None = None) -> Rulebook:
     (so a server keeps that rulebook's last good version, as for a broken rulebook file).
     """
     text = _read(path)
-    doc = _document(text, str(path))
+    doc, checked = _document(text, str(path))
     override = override_path(overrides_dir, doc.data["rulebook"]) if overrides_dir is not None else None
     if override is None:
-        return build_rulebook(doc, text)
+        return build_rulebook(doc, text, checked.conditions)
     try:
         return apply_override(doc, text, _read(override), str(override))
     except RulebookError as exc:

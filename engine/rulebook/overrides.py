@@ -16,11 +16,11 @@ from typing import Any
 
 from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.rulebook.build import build_rulebook
-from gpuslo.engine.rulebook.check_context import expression_location
+from gpuslo.engine.rulebook.checks import expression_location
 from gpuslo.engine.rulebook.expr import tokenize
 from gpuslo.engine.rulebook.marked_yaml import Document, Path_, load_yaml
 from gpuslo.engine.rulebook.model import Correlation, Override, Rule, Rulebook
-from gpuslo.engine.rulebook.validate import validate
+from gpuslo.engine.rulebook.validate import validate, when_form
 
 TOP_FIELDS = ("rulebook", "description", "macros", "lists", "rules")
 RULE_FIELDS = ("enabled", "severity", "if", "all", "within", "count", "for", "repeat_interval", "flap_window",
@@ -55,12 +55,6 @@ def _hint(word: object, options: Iterable[str], fallback: str | None = None) -> 
     if close:
         return f"did you mean '{close[0]}'?"
     return fallback if fallback is not None else (f"known: {', '.join(options)}" if options else None)
-
-
-def _form(when: Mapping[str, Any]) -> str:
-    if "all" in when:
-        return "correlation"
-    return "count" if "count" in when else "absence" if "absent" in when else "single"
 
 
 def _show(value: object) -> str:
@@ -125,7 +119,7 @@ class _Checker:
             return
         assert isinstance(fields, dict)
         when = self.rules[rid]["when"]
-        form = _form(when)
+        form = when_form(when).name
         for name, value in fields.items():
             path = ("rules", rid, name)
             if name not in RULE_FIELDS:
@@ -271,11 +265,12 @@ def apply_override(base: Document, source: str, override_text: str, override_fil
         raise RulebookError(sorted(problems, key=lambda p: (p.location.line or 0, p.location.col or 0)))
     merger = _Merger(base, over)
     merged = merger.run()
-    problems = list(dict.fromkeys(_relocate(validate(merged), over, merger.done)))
+    checked = validate(merged)
+    problems = list(dict.fromkeys(_relocate(checked.problems, over, merger.done)))
     if problems:
         raise RulebookError(sorted(problems, key=lambda p: (str(p.location.file), p.location.line or 0,
                                                              p.location.col or 0)))
-    built = build_rulebook(merged, source)
+    built = build_rulebook(merged, source, checked.conditions)
     macros = merged.data.get("macros") or {}
     disabled = {o.name for o in merger.done if o.kind == "rule" and o.field == "enabled"}
     rules = []
