@@ -59,7 +59,7 @@ def _leaves(expr: Expr, negated: bool = False) -> list[tuple[Compare | Exists, b
 def _resolve(ref: Literal | FieldRef, events: Mapping[str, Event]) -> Any:
     if isinstance(ref, Literal):
         return ref.value
-    return events[ref.alias].get(ref.name) if ref.alias in events else None
+    return events[ref.alias].get(ref.name) if ref.alias is not None and ref.alias in events else None
 
 
 def _leaf_holds(leaf: Compare | Exists, negated: bool, event: Event, events: Mapping[str, Event]) -> bool:

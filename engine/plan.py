@@ -148,8 +148,10 @@ class _Planner:
         if negated:  # negation_normal_form inverts every comparison that has an inverse
             raise ValueError(f"operator {expr.op!r} has no inverse, so it cannot be negated")
         right = expr.right
-        value = KeyOf(right.alias or "", self.key(right.name)) if isinstance(right, FieldRef) else right.value
-        return Test(key, how, value)
+        if isinstance(right, FieldRef):
+            return Test(key, how, KeyOf(right.alias or "", self.key(right.name)))
+        assert not isinstance(right.value, tuple)  # only `in` takes a list
+        return Test(key, how, right.value)
 
     def node(self, expr: Expr) -> Node:
         if isinstance(expr, And | Or):

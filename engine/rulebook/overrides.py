@@ -27,10 +27,7 @@ RULE_FIELDS = ("enabled", "severity", "if", "all", "within", "count", "for", "re
                "resolve", "labels")
 OVERRIDE_SUFFIXES = (".yaml", ".yml")
 _WHEN_FIELDS = ("if", "within", "count", "for")  # these live under the shipped rule's `when`
-_APPLIES = {"if": ("single", "count", "absence"), "all": ("correlation",), "within": ("correlation", "count"),
-            "count": ("count",), "for": ("absence",)}
-_FORM_WORDS = {"single": "a single-event rule", "correlation": "a correlation", "count": "a count",
-               "absence": "an absence rule"}
+_TRIGGER_FIELDS = (*_WHEN_FIELDS, "all")  # they apply to a rule whose `when:` form allows them
 _MACRO_IN = re.compile(r"in macro '([A-Za-z_][A-Za-z0-9_]*)'")
 _LIST_IN = re.compile(r"^list '([A-Za-z_][A-Za-z0-9_]*)' holds")
 
@@ -119,14 +116,14 @@ class _Checker:
             return
         assert isinstance(fields, dict)
         when = self.rules[rid]["when"]
-        form = when_form(when).name
+        form = when_form(when)
         for name, value in fields.items():
             path = ("rules", rid, name)
             if name not in RULE_FIELDS:
                 self.add(path, f"field '{name}' cannot be overridden", rid,
                          _hint(name, RULE_FIELDS, f"overridable: {', '.join(RULE_FIELDS)}"), key=True)
-            elif name in _APPLIES and form not in _APPLIES[name]:
-                self.add(path, f"'{name}' does not apply to rule '{rid}' ({_FORM_WORDS[form]})", rid, key=True)
+            elif name in _TRIGGER_FIELDS and name not in form.allowed:
+                self.add(path, f"'{name}' does not apply to rule '{rid}' ({form.rule_words})", rid, key=True)
             elif name == "enabled" and not isinstance(value, bool):
                 self.add(path, f"'enabled' must be true or false, got {value!r}", rid)
             elif name in ("labels", "resolve"):
@@ -155,8 +152,9 @@ class _Merger:
 
     def graft(self, src: Path_, dst: Path_) -> None:
         """Marks under `dst` now come from the override's `src` (so problems point at the override file)."""
-        for table, source in ((self.marks, self.over.marks), (self.key_marks, self.over.key_marks),
-                              (self.styles, self.over.styles)):
+        tables: tuple[tuple[dict[Path_, Any], Mapping[Path_, Any]], ...] = (
+            (self.marks, self.over.marks), (self.key_marks, self.over.key_marks), (self.styles, self.over.styles))
+        for table, source in tables:
             for path in [p for p in table if p[: len(dst)] == dst]:
                 del table[path]
             table.update({(*dst, *p[len(src):]): v for p, v in source.items() if p[: len(src)] == src})

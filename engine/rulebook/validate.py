@@ -38,17 +38,19 @@ class WhenForm:
     required: frozenset[str]
     allowed: frozenset[str]
     words: str
+    rule_words: str  # the rule it makes, as site override problems say it
 
 
 # The forms of `when:`, in the order their selectors are tried (the last one is the default).
 WHEN_FORMS: tuple[WhenForm, ...] = (
     WhenForm("correlation", "all", None, frozenset({"all", "same", "within"}),
-             frozenset({"all", "same", "within", "ordered"}), "a correlation (all:)"),
+             frozenset({"all", "same", "within", "ordered"}), "a correlation (all:)", "a correlation"),
     WhenForm("count", "count", "event", frozenset({"count", "event", "within"}),
-             frozenset({"count", "event", "if", "same", "within"}), "a count"),
+             frozenset({"count", "event", "if", "same", "within"}), "a count", "a count"),
     WhenForm("absence", "absent", "absent", frozenset({"absent", "for"}),
-             frozenset({"absent", "if", "same", "for", "after"}), "an absence (absent:)"),
-    WhenForm("single", None, "event", frozenset({"event"}), frozenset({"event", "if"}), "a single-event trigger"),
+             frozenset({"absent", "if", "same", "for", "after"}), "an absence (absent:)", "an absence rule"),
+    WhenForm("single", None, "event", frozenset({"event"}), frozenset({"event", "if"}), "a single-event trigger",
+             "a single-event rule"),
 )
 _TRIGGER_KEYS = frozenset().union(*(form.allowed for form in WHEN_FORMS))
 
@@ -114,7 +116,7 @@ def _rule_problems(
         )
     yield from _when_problems(ctx, (*path, "when"), rule.get("when"), rid, rule.get("group_by"))
     yield from template_problems(doc, (*path, "summary"), rule.get("summary"), rid)
-    resolve = rule.get("resolve") if isinstance(rule.get("resolve"), dict) else {}
+    resolve: dict[str, Any] = rule["resolve"] if isinstance(rule.get("resolve"), dict) else {}
     lifecycle = {("repeat_interval",): rule.get("repeat_interval"), ("flap_window",): rule.get("flap_window"),
                  ("resolve", "after"): resolve.get("after")}
     for where, value in lifecycle.items():
@@ -139,14 +141,14 @@ def _resolve_problems(
     if not isinstance(kind, str) or kind not in KINDS:
         return
     yield from ctx.condition((*path, "if"), resolve.get("if"), kind, {}, rid)
-    when = rule.get("when") if isinstance(rule.get("when"), dict) else {}
+    when: dict[str, Any] = rule["when"] if isinstance(rule.get("when"), dict) else {}
     group_by = rule.get("group_by", ["host"])
     keys = group_by if isinstance(group_by, list) and group_by else when.get("same")
     for name in keys if isinstance(keys, list) else []:
         if isinstance(name, str) and field_type(kind, name) is None:
             yield RulebookProblem(doc.at((*path, "event")), f"the clearing event {kind} has no field '{name}' "
                                   "of the rule's group_by, so it cannot name the violation it resolves", rid)
-    patterns = when.get("all") if isinstance(when.get("all"), list) else []
+    patterns: list[Any] = when["all"] if isinstance(when.get("all"), list) else []
     if any(isinstance(p, dict) and p.get("name") == CLEAR_ALIAS for p in patterns):
         yield RulebookProblem(doc.at(path, key=True), f"a rule with 'resolve: {{event}}' cannot name a pattern "
                               f"'{CLEAR_ALIAS}' (the clearing pattern takes that name)", rid)
