@@ -112,12 +112,9 @@ class RuleEvaluator:
             self._action_scopes = action_scopes
             self.slo.load(rulebooks, slo_seed)
 
-    def _fact(self, event: Event, unit: _Unit, timestamp: float) -> dict[str, Any]:
-        return make_fact(event, unit.plan, unit.fields, timestamp)
-
     def facts(self, event: Event) -> list[tuple[matcher.Ruleset, dict[str, Any]]]:
         """The facts an event becomes, one per loaded rulebook that reads its kind (bench/engine.py's (a))."""
-        return [(unit.ruleset, self._fact(event, unit, event.timestamp))
+        return [(unit.ruleset, make_fact(event, unit.plan, unit.fields, event.timestamp))
                 for unit in self._active if event.kind in unit.plan.kinds]
 
     def _match_fact(self, unit: _Unit, fact: dict[str, Any]) -> list[str]:
@@ -210,7 +207,7 @@ class RuleEvaluator:
         for unit in self._active:
             if event.kind not in unit.plan.kinds:
                 continue
-            for action in self._match_fact(unit, self._fact(event, unit, timestamp)):
+            for action in self._match_fact(unit, make_fact(event, unit.plan, unit.fields, timestamp)):
                 match = self._on_fire(unit.plan, action, event)
                 if match is not None:
                     matches.append(match)

@@ -18,7 +18,6 @@ from gpuslo.engine.clock import RULE_TESTS, Feed
 from gpuslo.engine.errors import GpusloError, Location, RulebookError, RulebookProblem
 from gpuslo.engine.rule_tests.files import (
     BASE_TIME,
-    TEST_SUFFIX,
     Expectation,
     RuleTestCase,
     RuleTestFile,
@@ -26,6 +25,7 @@ from gpuslo.engine.rule_tests.files import (
     read_test_header,
 )
 from gpuslo.engine.rulebook import load_rulebook
+from gpuslo.engine.rulebook.load import TEST_SUFFIX
 from gpuslo.engine.rulebook.model import Rulebook, trigger_patterns
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.violations import Match

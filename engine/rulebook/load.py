@@ -13,7 +13,7 @@ from gpuslo.engine.rulebook.overrides import apply_override, orphan_problems, ov
 from gpuslo.engine.rulebook.validate import Validation, validate
 
 RULEBOOK_SUFFIXES = (".yaml", ".yml")
-TEST_SUFFIX = ".test.yaml"
+TEST_SUFFIX = ".test.yaml"  # rule test files (engine/rule_tests), skipped here
 
 
 def _document(text: str, filename: str) -> tuple[Document, Validation]:
