@@ -90,7 +90,7 @@ class RuleEvaluator:
         return tuple(unit.plan.rulebook for unit in self._active)
 
     def load(self, rulebooks: Sequence[Rulebook], slo_seed: SloSeed | None = None) -> None:
-        """Compile and register the rulebooks, then swap them in; on failure the old ones keep running.
+        """Plan and register the rulebooks, then swap them in; on failure the old ones keep running.
         SLIs new to the evaluator start from `slo_seed` (the stored buckets)."""
         units = []
         for rulebook in rulebooks:
@@ -112,9 +112,12 @@ class RuleEvaluator:
             self._action_scopes = action_scopes
             self.slo.load(rulebooks, slo_seed)
 
+    def _fact(self, event: Event, unit: _Unit, timestamp: float) -> dict[str, Any]:
+        return make_fact(event, unit.plan, unit.fields, timestamp)
+
     def facts(self, event: Event) -> list[tuple[matcher.Ruleset, dict[str, Any]]]:
         """The facts an event becomes, one per loaded rulebook that reads its kind (bench/engine.py's (a))."""
-        return [(unit.ruleset, make_fact(event, unit.plan, unit.fields, event.timestamp))
+        return [(unit.ruleset, self._fact(event, unit, event.timestamp))
                 for unit in self._active if event.kind in unit.plan.kinds]
 
     def _match_fact(self, unit: _Unit, fact: dict[str, Any]) -> list[str]:
@@ -207,7 +210,7 @@ class RuleEvaluator:
         for unit in self._active:
             if event.kind not in unit.plan.kinds:
                 continue
-            for action in self._match_fact(unit, make_fact(event, unit.plan, unit.fields, timestamp)):
+            for action in self._match_fact(unit, self._fact(event, unit, timestamp)):
                 match = self._on_fire(unit.plan, action, event)
                 if match is not None:
                     matches.append(match)
