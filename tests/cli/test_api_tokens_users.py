@@ -1,4 +1,5 @@
-"""`gpuslo api-tokens` (and its old name `gpuslo tokens`) and `gpuslo users` against a real SQLite database: tokens shown once, hashes stored, audited."""
+"""`gpuslo api-tokens` (and its old name `gpuslo tokens`) and `gpuslo users` against a real SQLite database:
+tokens shown once, hashes stored, audited."""
 
 from __future__ import annotations
 
