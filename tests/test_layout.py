@@ -114,6 +114,8 @@ def test_every_setting_is_documented(name: str):
 
 def _leaf_commands(group: click.Group, prefix: str) -> Iterator[str]:
     for name, command in sorted(group.commands.items()):
+        if command.hidden:  # a deprecated old name (cli/credentials.py's DeprecatedAlias), not documented
+            continue
         if isinstance(command, click.Group) and command.commands:
             yield from _leaf_commands(command, f"{prefix} {name}")
         else:
