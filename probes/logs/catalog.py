@@ -9,10 +9,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from gpuslo.probes.logs import patterns
-from gpuslo.probes.logs.families_cuda import CUDA_FAMILIES_AFTER, CUDA_FAMILIES_BEFORE, _capture_failed
-from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES
-from gpuslo.probes.logs.families_nccl import NCCL_FAMILIES, NCCL_WARN
+from gpuslo.probes.logs.families_cuda import (
+    CUDA_FAMILIES_AFTER,
+    CUDA_FAMILIES_BEFORE,
+    CUDA_STATUS_FAMILIES,
+    _capture_failed,
+)
+from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES, XID_FAMILIES
+from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
+from gpuslo.probes.logs.families_oom import OOM_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
 
 # The prefilter: every family's start contains one of these words, so lines without them are never parsed. Each
@@ -43,16 +48,9 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 
 def _families() -> tuple[Family, ...]:
-    by_name = {family.name: family for family in patterns.FAMILIES}
-    head = [by_name[name] for name in ("nvrm_xid", "fallen_off_bus", "nvrm_gpu_lost", "nccl_watchdog")]
-    # the stuck-watchdog sentence is often hard-wrapped: take up to two more lines until "without making progress"
-    head.append(replace(by_name["nccl_heartbeat"], complete=re.compile(r"without\s*making|monitor\s*timed\s*out"),
-                        max_lines=3))
-    head += [by_name[name] for name in ("nccl_comm_abort", "gloo_timeout", "nccl_error", "nccl_cuda_failure")]
-    tail = [by_name[name] for name in ("torch_oom", "tf_oom", "xla_oom", "vllm_kv_cache", "ray_oom", "cuda_status",
-                                       "cuda_graph")]
-    rest = (*head, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE, *tail, *CUDA_FAMILIES_AFTER)
-    assert len({f.name for f in rest}) == len(rest) and len(patterns.FAMILIES) == len(head) + len(tail) + 1
+    rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
+            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER)
+    assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
     return (capture, *rest)
 
