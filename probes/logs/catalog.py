@@ -32,7 +32,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
-    b"' device marked", b"FABRIC_",
+    b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Prefill out of memory",
+    b"Decode out of memory", b"_slots runs out of memory", b"Test NCCL failure", b"Test CUDA failure",
 )
 
 
@@ -63,7 +64,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
     "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
     "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),
-    "nccl_error_number": ("NCCL Error",), "pg_failed": ("NCCL operations have failed",),
+    "nccl_error_number": ("NCCL Error",), "nccl_tests_failure": ("Test NCCL failure", "Test CUDA failure"),
+    "pg_failed": ("NCCL operations have failed",),
     "pg_work": ("NCCL work", "by watchdog at work"),
     "store_timeout": ("socket has timed out", "DistStoreError", "Socket Timeout"),
     "nccl_op_failed": ("NCCL operation ",), "gsp_timeout": ("_kgspLogXid119",),
@@ -74,7 +76,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "nvlink_down": ("NvLink link",), "device_plugin_xid": ("XidCriticalError",),
     "marked_unhealthy": ("device marked unhealthy",), "dcgm_health": ("DCGM_FR_",),
     "cudnn_status": ("CUDNN_STATUS_",), "device_assert": ("Assertion `",),
-    "kv_capacity": ("stored in KV cache", "Not enough memory"),
+    "kv_capacity": ("stored in KV cache", "Not enough memory", "ill out of memory", "ode out of memory",
+                    "_slots runs out of memory"),
     "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
                      "Failed to allocate CUDA memory"),
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _gpu_any, _int, _size
-from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, cuda_status, find_status
+from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, cuda_status, find_status, status_for_code
 
 # ---- CUDA status strings --------------------------------------------------------------------------------
 
@@ -32,13 +32,18 @@ _CUDA_TEXT = re.compile(
     r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
     r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
+    # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
+    # initialization failure with error 35"
+    r"|(?:[Ff]ailed to|[Cc]annot|[Uu]nable to) initiali[sz]e CUDA:\s*(?P<init>[^\n]+?)(?:\s*$|\n)"
+    r"|CUDA initiali[sz]ation failure with error (?P<initnum>\d+)"
     r"|(?P<driver>CUDA_ERROR_[A-Z_]+)"
     r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
-_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver")
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver", "init",
+           "initnum")
 
 
 def _api(text: str) -> str | None:
@@ -61,14 +66,16 @@ def _cuda(text: str) -> Found | None:
         if status == "SUCCESS":
             return None
         return Found("cuda_error", _clean({"error_name": "CUBLAS_STATUS_" + status,
-                                           "error_code": CUBLAS_STATUS.get(status), "api": api_name}))
+                                           "error_code": CUBLAS_STATUS.get(status), "api": api_name}),
+                     gpu=_cuda_gpu(text))
     stated = next(match.group(g) for g in _STATED if match.group(g))
     name, code = cuda_status(stated)
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or (name, code)
-    number = match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
+    number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
+              or match.group("initnum"))
     if code is None and number:
-        code = int(number)
+        name, code = status_for_code(int(number)) or (name, int(number))
     if name.startswith("CUBLAS_STATUS_"):
         return None  # "CUDA error: CUBLAS_STATUS_..." is read by the CUBLAS branch on a second search
     if match.group("nccl") and api_name is None:
@@ -101,7 +108,9 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     # ggml follows its "CUDA error: ..." with "  current device: N, in function ..." and the failed call
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
-                             r"|CUDA runtime error in |HIP error:"), _cuda_or_cublas,
+                             r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:"
+                             r"|CUDA initiali[sz]ation failure with error \d"),
+           _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
            accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
@@ -177,11 +186,17 @@ def _device_assert(text: str) -> Found:
 
 
 def _kv_capacity(text: str) -> Found:
-    """vLLM's "max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)"
-    and SGLang's "Not enough memory ... --mem-fraction-static": the KV cache cannot hold one request."""
+    """The KV cache or the request pool of a serving engine cannot hold the work: vLLM's "max seq len (N) is
+    larger than the maximum number of tokens that can be stored in KV cache (M)", SGLang's "Not enough memory
+    ... --mem-fraction-static", "Prefill/Decode out of memory. Try to lower your batch size. Try to allocate N
+    tokens. Available tokens: M", "alloc_req_slots runs out of memory", TGI's "Not enough memory to handle N
+    total tokens"."""
     return Found("cuda_oom", _clean({
-        "requested_tokens": _int(r"max\s*seq\s*len\s*\((\d+)\)", text),
-        "available_tokens": _int(r"stored\s*in\s*KV\s*cache\s*\((\d+)\)", text),
+        "requested_tokens": _first(_int(r"max\s*seq\s*len\s*\((\d+)\)", text),
+                                   _int(r"[Tt]ry\s*to\s*allocate\s*(\d+)\s*tokens", text),
+                                   _int(r"handle\s*(\d+)\s*(?:total\s*|prefill\s*)?tokens", text)),
+        "available_tokens": _first(_int(r"stored\s*in\s*KV\s*cache\s*\((\d+)\)", text),
+                                   _int(r"[Aa]vailable\s*tokens:\s*(\d+)", text)),
         "error_name": "InsufficientKVCacheMemory"}))
 
 
@@ -204,7 +219,11 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("kv_capacity", _c(r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV"
                              r" cache"
                              r"|Not enough memory\. Please try to increase --mem-fraction-static"
-                             r"|Not enough memory to allocate KV cache"), _kv_capacity),
+                             r"|Not enough memory to allocate KV cache|Not enough memory to handle \d+ [a-z ]*tokens"
+                             r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
+                             r"|\b\w+_slots runs out of memory"), _kv_capacity,
+           complete=_c(r"[Aa]vailable\s*tokens:\s*\d"), max_lines=3,
+           accept=_c(r"^\s*(?:Try to allocate \d+ tokens|Avail?able tokens:)")),
     Family("alloc_failed", _c(r"cudaMalloc failed: out of memory|failed to allocate CUDA\d* buffer of size \d"
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
                               r"|Failed to allocate CUDA memory with byte size \d"), _alloc_failed),

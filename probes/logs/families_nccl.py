@@ -154,7 +154,9 @@ def _store_timeout(text: str) -> Found:
 _WARN_RESULTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), name) for p, name in (
     (r"Got completion from peer|Connection closed by remote peer|Connection reset by peer|Broken pipe"
      r"|remote process exited|remote hang ?up|peer .{0,40}(?:closed|disconnected)", "ncclRemoteError"),
-    (r"socket\w*Connect\w*:?.{0,120}(?:failed|timed out|refused|no POLLOUT)|Connect to \S+ failed"
+    # NCCL before 2.12 worded a failed IB work completion without the peer ("Got completion with error 12")
+    (r"Got completion with error \d|socket\w*Connect\w*:?.{0,120}(?:failed|timed out|refused|no POLLOUT)"
+     r"|Connect to \S+ failed"
      r"|Connection (?:timed out|refused)|Socket recv failed|Call to (?:recv|send|connect|accept)\b.{0,80}failed"
      r"|\bibv_\w+ failed|NET/IB ?: .{0,60}(?:failed|port error|catastrophic)|Got async event : (?:port error|local "
      r"catastrophic)|failed to extend /dev/shm|posix_fallocate failed|Bootstrap.{0,40}(?:failed|timed out)"
@@ -197,7 +199,22 @@ def _nccl_error_number(text: str) -> Found:
                                        "detail": (detail or "")[:1024] or None}), rank=_first_rank(text))
 
 
+def _nccl_tests_failure(text: str) -> Found | None:
+    """nccl-tests: "Test NCCL failure common.cu:343 'unhandled cuda error'" and "Test CUDA failure common.cu:N
+    'out of memory'" (the text is ncclGetErrorString's or cudaGetErrorString's)."""
+    match = re.search(r"Test (NCCL|CUDA) failure \S+ '([^']+)'", text)
+    if not match:
+        return None
+    if match.group(1) == "CUDA":
+        return _cuda(f"CUDA error: {match.group(2)}")
+    # newer nccl-tests add the last error: 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '
+    name = next((result for phrase, (result, _) in _NCCL_RESULTS.items() if phrase in match.group(2).lower()), None)
+    return Found("nccl_error", _clean({"error_name": name, "error_code": _NCCL_CODES.get(name or ""),
+                                       "detail": match.group(2)[:1024]}))
+
+
 NCCL_FAMILIES: tuple[Family, ...] = (
+    Family("nccl_tests_failure", _c(r"Test (?:NCCL|CUDA) failure \S+ (?=')"), _nccl_tests_failure),
     Family("nccl_error_number", _c(r"NCCL Error \d+: "), _nccl_error_number),
     Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed),
     Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"
