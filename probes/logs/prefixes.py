@@ -151,8 +151,16 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
                 log_host=log_host, origin=origin)
 
 
+# A glog/c10 record header inside a line, after the end of an earlier record's sentence: lines whose newlines a
+# paste or a progress bar lost ("... incomplete data. [E ProcessGroupNCCL.cpp:460] To avoid ...").
+_GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]\d{0,4}[\d:. ]*?\s?[\w./-]+\."
+                           r"(?:cpp|cc|cu|h|hpp|py):\d+\] )")
+
+
 def segments(raw: str) -> list[str]:
-    """Split a physical line on carriage returns: progress bars redraw with `\\r`, a message may follow."""
-    if "\r" not in raw:
-        return [raw]
-    return [part for part in raw.split("\r") if part.strip()]
+    """Split a physical line into the records it holds: progress bars redraw with `\\r` and a message may follow;
+    a paste that lost its newlines glues glog records together."""
+    parts = raw.split("\r") if "\r" in raw else [raw]
+    if "] " in raw:
+        parts = [piece for part in parts for piece in _GLUED_RECORD.split(part)]
+    return [part for part in parts if part.strip()] if len(parts) > 1 else parts
