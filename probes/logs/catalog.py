@@ -16,6 +16,7 @@ from gpuslo.probes.logs.families_cuda import (
     _capture_failed,
 )
 from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES, XID_FAMILIES
+from gpuslo.probes.logs.families_loss import LOSS_FAMILIES
 from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
@@ -34,6 +35,9 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
     b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Prefill out of memory",
     b"Decode out of memory", b"_slots runs out of memory", b"Test NCCL failure", b"Test CUDA failure",
+    b"Loss became", b"Loss is nan", b"Loss is inf", b"Loss is -inf", b"NaN", b"Nan/Inf", b"Inf in local",
+    b"Unexpected result", b"Invalid loss", b"Minimum loss scale", b"Current loss scale", b"Function '", b": nan",
+    b": inf", b": -inf", b"=nan", b"=inf", b"=-inf",
 )
 
 
@@ -50,7 +54,7 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 def _families() -> tuple[Family, ...]:
     rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
-            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER)
+            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES)
     assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
     return (capture, *rest)
@@ -92,6 +96,12 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                     "unspecified launch failure", "uncorrectable ECC", "legacy stream", "unjoined work",
                     "stream is capturing"),
     "cuda_call_failed": (") failed with error ",),
+    "loss_became_nonfinite": ("Loss became infinite",),
+    "grad_norm_nonfinite": ("in local grad norm", "Unexpected result "),
+    "loss_stated_nonfinite": (", stopping training", "NaN loss during", "Invalid loss", "gradients are Nan"),
+    "loss_scale_floor": ("Minimum loss scale", "loss scale already at minimum"),
+    "anomaly_nonfinite": ("' returned ",),
+    "loss_metric_nonfinite": ("loss",),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
 __all__ = ["FAMILIES", "NEW_RECORD", "TRIGGER", "TRIGGER_WORDS"]

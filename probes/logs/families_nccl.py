@@ -20,7 +20,7 @@ _NCCL_CODES = {name: code for name, code in _NCCL_RESULTS.values()}
 
 def _watchdog(text: str) -> Found:
     return Found("nccl_timeout", _clean({
-        "op": (re.search(r"OpType=(\w+)", text) or re.search(r"()", text)).group(1) or None,
+        "op": op.group(1) if (op := re.search(r"OpType=(\w+)", text)) else None,
         "seq": _int(r"SeqNum=(\d+)", text), "timeout_ms": _int(r"Timeout\(ms\)=(\d+)", text),
         "elapsed_ms": _int(r"ran\s*for\s*(\d+)\s*milliseconds", text), "numel": _int(r"NumelIn=(\d+)", text),
         "pg": _pg(text)}), rank=_first_rank(text))

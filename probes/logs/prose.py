@@ -19,7 +19,8 @@ _STRUCTURED_HEAD = re.compile(
     r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
     r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
-    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:)")
+    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:"
+    r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
 # an exception head ("torch.distributed.DistBackendError: "), which a sentence may quote: "The error message X: ..."
 _EXCEPTION_HEAD = re.compile(r"(?:^|\s)[\w.]*(?:Error|Exception)\b:")
 _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers and names have capitals or _)
