@@ -33,11 +33,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
-    b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Prefill out of memory",
-    b"Decode out of memory", b"_slots runs out of memory", b"Test NCCL failure", b"Test CUDA failure",
-    b"Loss became", b"Loss is nan", b"Loss is inf", b"Loss is -inf", b"NaN", b"Nan/Inf", b"Inf in local",
-    b"Unexpected result", b"Invalid loss", b"Minimum loss scale", b"Current loss scale", b"Function '", b": nan",
-    b": inf", b": -inf", b"=nan", b"=inf", b"=-inf",
+    b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
+    b"NaN", b"nan", b"Invalid loss", b"Current loss scale",
 )
 
 
@@ -80,8 +77,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "nvlink_down": ("NvLink link",), "device_plugin_xid": ("XidCriticalError",),
     "marked_unhealthy": ("device marked unhealthy",), "dcgm_health": ("DCGM_FR_",),
     "cudnn_status": ("CUDNN_STATUS_",), "device_assert": ("Assertion `",),
-    "kv_capacity": ("stored in KV cache", "Not enough memory", "ill out of memory", "ode out of memory",
-                    "_slots runs out of memory"),
+    "kv_capacity": ("stored in KV cache", "Not enough memory", "Error: Prefill out of memory",
+                    "Error: Decode out of memory", "_slots runs out of memory"),
     "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
                      "Failed to allocate CUDA memory"),
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
@@ -96,10 +93,10 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                     "unspecified launch failure", "uncorrectable ECC", "legacy stream", "unjoined work",
                     "stream is capturing"),
     "cuda_call_failed": (") failed with error ",),
-    "loss_became_nonfinite": ("Loss became infinite",),
+    "loss_became_nonfinite": ("Error: Loss became infinite",),
     "grad_norm_nonfinite": ("in local grad norm", "Unexpected result "),
     "loss_stated_nonfinite": (", stopping training", "NaN loss during", "Invalid loss", "gradients are Nan"),
-    "loss_scale_floor": ("Minimum loss scale", "loss scale already at minimum"),
+    "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
     "anomaly_nonfinite": ("' returned ",),
     "loss_metric_nonfinite": ("loss",),
 }

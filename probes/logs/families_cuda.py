@@ -220,8 +220,8 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                              r" cache"
                              r"|Not enough memory\. Please try to increase --mem-fraction-static"
                              r"|Not enough memory to allocate KV cache|Not enough memory to handle \d+ [a-z ]*tokens"
-                             r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
-                             r"|\b\w+_slots runs out of memory"), _kv_capacity,
+                             r"|\w*Error: (?:Prefill|Decode) out of memory\. Try to lower your batch size"
+                             r"|\w*Error: \w+_slots runs out of memory"), _kv_capacity,
            complete=_c(r"[Aa]vailable\s*tokens:\s*\d"), max_lines=3,
            accept=_c(r"^\s*(?:Try to allocate \d+ tokens|Avail?able tokens:)")),
     Family("alloc_failed", _c(r"cudaMalloc failed: out of memory|failed to allocate CUDA\d* buffer of size \d"

@@ -4,7 +4,7 @@ A root cause of its own (the run diverged or read bad data; nothing else failed 
 a cascade: ranks stop at different steps, so the others time out in their next collective. Read from the
 trainers' own wordings: detectron2/fvcore, Megatron-LM's gradient checks, DETR-style loops, TensorFlow's
 NanLossDuringTrainingError, Keras' TerminateOnNaN, fairseq's and DeepSpeed's loss scaler at its floor, PyTorch's
-anomaly mode, and a loss metric printed as `nan`/`inf` in a training log line. A loss scaler that skips a step
+anomaly mode, and a loss metric printed as `nan` in a training log line. A loss scaler that skips a step
 on overflow and carries on ("overflow detected, setting loss scale to") is the fp16 scaler working, not this.
 """
 
@@ -86,11 +86,12 @@ def _anomaly(text: str) -> Found:
         "error_name": _error_name(text), "detail": function.group(1) if function else None}))
 
 
-_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?loss)'?\s*[:=]\s*" + _NONFINITE + r"(?![\w.])")
+# NaN only: a loss printed as `inf` is left to the families above (the prefilter has no cheap word for it)
+_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?loss)'?\s*[:=]\s*(?:nan|NaN)(?![\w.])")
 
 
 def _metric(text: str) -> Found | None:
-    """A training log line that prints a loss as NaN or Inf: Megatron "lm loss: nan |", Hugging Face
+    """A training log line that prints a loss as NaN: Megatron "lm loss: nan |", Hugging Face
     "{'loss': nan, ...}", Keras "- loss: nan", mmdet/detectron2 "total_loss: nan", Lightning "loss=nan"."""
     match = _METRIC.search(text)
     if not match:
@@ -100,14 +101,18 @@ def _metric(text: str) -> Found | None:
 
 
 LOSS_FAMILIES: tuple[Family, ...] = (
-    Family("loss_became_nonfinite", _c(r"Loss became infinite or NaN at iteration"), _became_nonfinite,
+    Family("loss_became_nonfinite", _c(r"\w*Error: Loss became infinite or NaN at iteration=?\s*\d"), _became_nonfinite,
            complete=_c(r"loss_dict\s*="), max_lines=2, accept=_c(r"^\s*loss_dict\s*=")),
-    Family("grad_norm_nonfinite", _c(r"found (?:NaN|Inf) in local grad norm|Unexpected result (?:nan|inf)\b"),
-           _grad_check),
+    Family("grad_norm_nonfinite", _c(r"found NaN in local grad norm|\w*Error: .{0,40}found Inf in local grad norm"
+                                     r"|Unexpected result nan\b"
+                                     r"|\w*Error: .{0,200}Unexpected result inf\b"), _grad_check),
     Family("loss_stated_nonfinite", _c(r"Loss is " + _NONFINITE + r", stopping training|NaN loss during training"
-                                       r"|Batch \d+: Invalid loss, terminating training|gradients are Nan/Inf"),
+                                       r"|Batch \d+: Invalid loss, terminating training"
+                                       r"|\w*Error: gradients are Nan/Inf"),
            _stated("loss")),
-    Family("loss_scale_floor", _c(r"Minimum loss scale reached \(|loss scale already at minimum"), _loss_scale_floor),
-    Family("anomaly_nonfinite", _c(r"Function '\w+' returned (?:nan|inf) values"), _anomaly),
+    Family("loss_scale_floor", _c(r"\w*Error: Minimum loss scale reached \(|Current loss scale already at minimum"),
+           _loss_scale_floor),
+    Family("anomaly_nonfinite", _c(r"Function '\w+' returned nan values|\w*Error: Function '\w+' returned inf values"),
+           _anomaly),
     Family("loss_metric_nonfinite", _METRIC, _metric),
 )
