@@ -3,9 +3,10 @@
 A root cause of its own (the run diverged or read bad data; nothing else failed first), and the usual start of
 a cascade: ranks stop at different steps, so the others time out in their next collective. Read from the
 trainers' own wordings: detectron2/fvcore, Megatron-LM's gradient checks, DETR-style loops, TensorFlow's
-NanLossDuringTrainingError, Keras' TerminateOnNaN, fairseq's and DeepSpeed's loss scaler at its floor, PyTorch's
-anomaly mode, and a loss metric printed as `nan` in a training log line. A loss scaler that skips a step
-on overflow and carries on ("overflow detected, setting loss scale to") is the fp16 scaler working, not this.
+NanLossDuringTrainingError (and "Model diverged with loss = NaN"), Keras' TerminateOnNaN, fairseq's and
+DeepSpeed's loss scaler at its floor, PyTorch's anomaly mode, and a loss metric printed as `nan` in a training
+log line. A loss scaler that skips a step on overflow and carries on ("overflow detected, setting loss scale
+to") is the fp16 scaler working, not this.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ _NONFINITE = r"(?:nan|NaN|NAN|-?inf|-?Inf|-?INF|-?infinity|-?Infinity)"
 
 def _value(text: str) -> str | None:
     """`nan` or `inf` (either sign) for the first non-finite number the text prints, None when it names none."""
-    match = re.search(r"(?<![\w.])(nan|-?inf(?:inity)?)(?![\w.])", text, re.IGNORECASE)
+    match = re.search(r"(?<![\w.])(nan|-?inf(?:inity)?)(?!\w|\.\d)", text, re.IGNORECASE)
     if not match:
         return None
     return "nan" if match.group(1).lower() == "nan" else "inf"
@@ -107,6 +108,7 @@ LOSS_FAMILIES: tuple[Family, ...] = (
                                      r"|Unexpected result nan\b"
                                      r"|\w*Error: .{0,200}Unexpected result inf\b"), _grad_check),
     Family("loss_stated_nonfinite", _c(r"Loss is " + _NONFINITE + r", stopping training|NaN loss during training"
+                                       r"|Model diverged with loss = NaN"
                                        r"|Batch \d+: Invalid loss, terminating training"
                                        r"|\w*Error: gradients are Nan/Inf"),
            _stated("loss")),

@@ -64,9 +64,12 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     return not structured and bool(_PROSE_TAIL.match(tail))
 
 
+_SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
+
+
 def _quoted_exception(before: str) -> bool:
-    """Plain words and nothing of log structure in front of an exception head: a sentence that quotes it."""
-    return len(_WORD.findall(before)) >= 2 and not _STRUCTURED_HEAD.search(before) and not _CODE_HEAD.search(before)
+    """Only plain words in front of an exception head ("The error message X: ..."): a sentence that quotes it."""
+    return bool(_SENTENCE_START.fullmatch(before)) and len(_WORD.findall(before)) >= 2
 
 
 _OPENING_QUOTE = re.compile(r"(?:^|(?<=[\s(\[:=,]))[\"`]")  # a quote after a space or an opener opens

@@ -36,7 +36,7 @@ def test_the_second_held_out_split_meets_the_bar():
     assert result["false_positives"] * 20 <= result["lookalikes"], result["failing"]
 
 
-@pytest.mark.parametrize("case", CASES + load("heldout2"), ids=lambda c: f"{c.split}:{c.name}")
+@pytest.mark.parametrize("case", CASES + load("heldout2") + load("heldout-nan"), ids=lambda c: f"{c.split}:{c.name}")
 def test_fast_scan_matches_line_by_line(case):
     data = case.text.encode() if case.text.endswith("\n") else case.text.encode() + b"\n"
     slow = LogParser(ParserSettings(host="node1", source=case.name), clock=lambda: READ_TIME)
