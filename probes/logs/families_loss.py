@@ -88,7 +88,7 @@ def _anomaly(text: str) -> Found:
 
 
 # NaN only: a loss printed as `inf` is left to the families above (the prefilter has no cheap word for it)
-_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?loss)'?\s*[:=]\s*(?:nan|NaN)(?![\w.])")
+_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?loss)'?\s*[:=]\s*(?:nan|NaN)(?!\w|\.\d)")
 
 
 def _metric(text: str) -> Found | None:
