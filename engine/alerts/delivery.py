@@ -164,10 +164,15 @@ class DeliveryWorker:
         return all([lane.wait(timeout_s) for lane in self._lanes.values()])
 
     def run_until_idle(self, timeout_s: float = 30.0) -> None:
-        """Deliver until nothing is due now (tests, one-shot flushes); rows due later are left."""
+        """Deliver until nothing is due now (tests, one-shot flushes); rows due later are left.
+
+        Each round starts with every lane idle: a round that finds a lane still busy with the scheduler's sends
+        claims nothing from it, which must not read as "nothing due"."""
         deadline = time.monotonic() + timeout_s
-        while self.run_once() and time.monotonic() < deadline:
-            pass
+        while time.monotonic() < deadline:
+            self.wait_idle(max(0.0, deadline - time.monotonic()))
+            if not self.run_once():
+                return
 
     def health(self) -> list[ReceiverHealth]:
         """Every receiver's last success and failure, disabled state and queue (the notifications page)."""
