@@ -39,7 +39,7 @@ ENVELOPE_FIELDS: Mapping[str, str] = MappingProxyType(
 _BYTES = "int"
 # What the attribution probe adds to a token_stall (probes/attribution): the stall's time per layer, the dominant
 # layer, the share of the gap some layer explains, the evidence, and the GPU features the clustering uses.
-ATTRIBUTION_LAYERS = ("network", "scheduler", "kernel", "driver", "gpu")
+ATTRIBUTION_LAYERS = ("network", "scheduler", "kernel", "driver", "gpu", "compute")
 ATTRIBUTION_ATTRS: Mapping[str, str] = MappingProxyType({
     **{f"attribution.{layer}_ms": "number" for layer in (*ATTRIBUTION_LAYERS, "unattributed")},
     "attribution.dominant": "string", "attribution.coverage": "number", "attribution.evidence": "string",

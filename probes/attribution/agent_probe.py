@@ -152,7 +152,7 @@ class AttributionProbe:
         start, end = self.window(stall)
         with self._lock:
             intervals = [i for i in self.collector.intervals if i.end_ns > start - 1_000_000_000]
-            intervals += self.collector.open_bursts()
+            intervals += self.collector.open_bursts() + self.collector.open_oncpu()
         samples = self.sampler.window(start, end + 100_000_000) if self.sampler else ()
         return attribute(start, end, intervals, samples, own_pids=self.collector.pids,
                          server_observed=bool(self.collector.pids), clock_error_ns=self.alignment.error_ns(end))

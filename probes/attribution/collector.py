@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,7 +18,8 @@ from gpuslo.probes.ebpf.libraries import LibrarySet
 from gpuslo.probes.ebpf.preflight import preflight
 
 log = logging.getLogger(__name__)
-RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO = 1, 2, 3, 4, 5, 6
+RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS = 1, 2, 3, 4, 5, 6, 7, 8, 9
+SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
 
 
 class Record(ctypes.Structure):
@@ -39,7 +41,8 @@ def to_interval(r: Record) -> Interval | None:
         if r.arg in WAIT_SYSCALLS:
             return None
         name = SYSCALL_NAMES.get(r.arg, f"syscall {r.arg}")
-        return Interval("ioctl" if r.arg == IOCTL else "syscall", detail=name, **base)
+        kind = "ioctl" if r.arg == IOCTL else "send_blocked" if r.arg in SOCKET_SENDS else "syscall"
+        return Interval(kind, detail=name, **base)
     if r.kind == CUDA:
         return _cuda(r.arg & 0xFFFFFFFF, r.arg >> 32, base)
     if r.kind == SEND_GAP:
@@ -48,6 +51,12 @@ def to_interval(r: Record) -> Interval | None:
         return Interval("retransmit", detail=f"sport {r.arg >> 16} dport {r.arg & 0xFFFF}", **base)
     if r.kind == BLOCK_IO:
         return Interval("block_io", detail=f"{r.arg} bytes", **base)
+    if r.kind == ONCPU:
+        return Interval("oncpu", detail=f"{r.arg} slices", **base)
+    if r.kind == BLOCKED:
+        return Interval("blocked", detail="uninterruptible sleep", **base)
+    if r.kind == FAULTS:
+        return Interval("faults", detail=f"{r.arg} page faults", **base)
     return None
 
 
@@ -129,7 +138,27 @@ class Collector:
                 interval = _cuda(b.func, b.calls, {"start_ns": b.start, "end_ns": b.end, "tid": int(key.value)})
                 if interval is not None:
                     found.append(interval)
+        t = self.thresholds
+        for key, f in self._bpf[b"fault_burst"].items():
+            if f.count >= t.fault_min and f.end - f.start >= t.fault_ns:
+                found.append(Interval("faults", int(f.start), int(f.end), 0, int(key.value),
+                                      f"{int(f.count)} page faults"))
         return found
+
+    def open_oncpu(self, now_ns: int | None = None) -> list[Interval]:
+        """The serving threads' on-CPU spans still open in the kernel map, the slice running now included."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        tgids = {int(k.value): int(v.value) for k, v in self._bpf[b"watched_tids"].items()}
+        running = {int(k.value): int(v.value) for k, v in self._bpf[b"switched_in"].items()}
+        found = []
+        for key, span in self._bpf[b"oncpu"].items():
+            tid = int(key.value)
+            start, end, count = int(span.start), int(span.end), int(span.count)
+            if tid in running and running.pop(tid) <= end + self.thresholds.oncpu_gap_ns:
+                end, count = now, count + 1
+            found.append(Interval("oncpu", start, end, tgids.get(tid, 0), tid, f"{count} slices (open)"))
+        found += [Interval("oncpu", since, now, tgids.get(tid, 0), tid, "running") for tid, since in running.items()]
+        return [i for i in found if i.end_ns - i.start_ns >= self.thresholds.oncpu_ns]
 
     def page_faults(self) -> dict[int, int]:
         table = self._bpf[b"faults"]

@@ -48,7 +48,7 @@ def test_ids_are_stable_across_runs_and_input_order():
 
 
 def test_names_follow_the_dominant_features():
-    base = {f"{s}_share": 0.0 for s in ("network", "scheduler", "kernel", "driver", "gpu", "unattributed")}
+    base = {f"{s}_share": 0.0 for s in ("network", "scheduler", "kernel", "driver", "gpu", "compute", "unattributed")}
     extra = {"sm_active": 0.0, "dram_bw": 0.0, "other_sm_share": 0.0, "fragmentation_ratio": 0.0,
              "alloc_retries": 0.0}
     assert name_of({**base, **extra, "gpu_share": 0.9, "other_sm_share": 0.95})[0] == "gpu-contention"

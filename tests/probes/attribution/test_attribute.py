@@ -35,7 +35,7 @@ def test_a_stall_split_by_priority_with_evidence():
     samples = [GpuSample(int(t * MS), 0, 97.0, 0.99, 0.5, 0.4, ((1244, 90.0), (5, 8.0))) for t in (100, 200, 300)]
     a = attribute(0, 400 * MS, signals, samples, own_pids=[5])
     assert dict(a.shares_ms) == {"network": 20.0, "scheduler": 100.0, "kernel": 100.0, "driver": 50.0,
-                                 "gpu": 110.0}
+                                 "gpu": 110.0, "compute": 0.0}
     assert a.unattributed_ms == pytest.approx(20.0) and a.dominant == "gpu" and a.coverage == 0.95
     attrs = a.attrs()
     assert attrs["attribution.scheduler_ms"] == 100.0 and attrs["attribution.other_pid"] == 1244.0
