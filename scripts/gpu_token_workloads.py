@@ -175,12 +175,95 @@ class KernelStorm:
         self.last = time.monotonic()
 
 
+SPIN = r"""
+extern "C" __global__ void hold(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
+
+class GpuHold(threading.Thread):
+    """GPU contention from another stream of this process (a thread named gs-side): every `every_s`, kernels that
+    fill every SM for about `hold_ms`, on a non-blocking side stream; the decode's kernels queue behind them and
+    the engine thread's next device-to-host copy waits. `mode` matmul: bf16 16384-square products back to back
+    (cuBLAS's persistent Hopper kernels hold every SM while they run); spin: one kernel of two 1024-thread blocks
+    per SM spinning on %globaltimer (CuPy, NVRTC). Each hold is timed in wall-clock nanoseconds."""
+
+    def __init__(self, mode: str = "matmul", hold_ms: float = 300.0, every_s: float = 1.0):
+        super().__init__(name="gs-side", daemon=True)
+        self.mode, self.hold_ms, self.every_s = mode, hold_ms, every_s
+        self.stop_event = threading.Event()
+        self.holds: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self.setup: dict[str, Any] = {}
+
+    def _launcher(self, torch: Any) -> Any:
+        if self.mode == "spin":
+            import cupy
+
+            kernel = cupy.RawKernel(SPIN, "hold")
+            stream = cupy.cuda.Stream(non_blocking=True)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            ns = cupy.uint64(int(self.hold_ms * 1e6))
+            self.setup = {"sms": sms, "grid": 2 * sms, "block": 1024}
+
+            def spin() -> Any:
+                with stream:
+                    kernel((2 * sms,), (1024,), (ns,))
+                event = cupy.cuda.Event(block=False, disable_timing=True)
+                event.record(stream)
+                return lambda: event.done
+            return spin
+        side = torch.cuda.Stream()
+        a = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16)
+        with torch.cuda.stream(side):
+            a @ b
+        side.synchronize()
+        t = time.monotonic()
+        with torch.cuda.stream(side):
+            for _ in range(4):
+                a @ b
+        side.synchronize()
+        gemm_ms = (time.monotonic() - t) * 1e3 / 4
+        count = max(1, round(self.hold_ms / gemm_ms))
+        self.setup = {"gemm_ms": round(gemm_ms, 3), "gemms_per_hold": count}
+
+        def matmul() -> Any:
+            with torch.cuda.stream(side):
+                for _ in range(count):
+                    a @ b
+                event = torch.cuda.Event()
+                event.record(side)
+            return event.query
+        return matmul
+
+    def run(self) -> None:
+        import torch
+
+        _name_thread(b"gs-side")
+        try:
+            launch = self._launcher(torch)
+            while not self.stop_event.wait(self.every_s):
+                start = time.time_ns()
+                done = launch()
+                while not done():  # polled, the GIL free between polls: only the GPU is contended
+                    time.sleep(0.002)
+                self.holds.append({"start_ns": start, "end_ns": time.time_ns()})
+        except Exception as exc:  # noqa: BLE001 - reported on /control/gpu, never kills the server
+            self.error = f"{type(exc).__name__}: {exc}"
+            print(f"GPU HOLD FAILED {self.error}", flush=True)
+
+
 class App:
     """What the HTTP handler needs: the generator, the fragmenter, the reporter."""
 
     def __init__(self, generator: Generator, reporter: Any, device: str):
         self.generator, self.reporter, self.device = generator, reporter, device
         self.fragmenter: Fragmenter | None = None
+        self.gpu_hold: GpuHold | None = None
 
     def state(self) -> dict[str, Any]:
         frag = self.fragmenter
@@ -243,10 +326,33 @@ class Handler(BaseHTTPRequestHandler):
             gen.between_tokens = KernelStorm(float(body.get("every_s", 1.0)), int(body.get("mib", 256))) \
                 if body.get("on") else None
             self._json(200, {"storms": storm.storms if storm else []})
+        elif self.path == "/control/gpu":
+            self._gpu_hold(body)
         elif self.path in ("/v1/completions", "/v1/chat/completions"):
             self._complete("chat" if "chat" in self.path else "completions", body)
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _gpu_hold(self, body: dict[str, Any]) -> None:
+        """{"on": true, "mode": "matmul"|"spin", "hold_ms": 300, "every_s": 1} starts the side-stream contention;
+        {"on": false} stops it and answers its holds."""
+        app = self.app
+        if app.device != "cuda":
+            self._json(409, {"error": {"message": "GPU contention needs the GPU"}})
+            return
+        hold = app.gpu_hold
+        if hold is not None:
+            hold.stop_event.set()
+            hold.join(30)
+            app.gpu_hold = None
+        if body.get("on"):
+            app.gpu_hold = GpuHold(str(body.get("mode", "matmul")), float(body.get("hold_ms", 300.0)),
+                                   float(body.get("every_s", 1.0)))
+            app.gpu_hold.start()
+            self._json(200, {"started": True})
+            return
+        self._json(200, {"holds": hold.holds if hold else [], "setup": hold.setup if hold else {},
+                         "error": hold.error if hold else None})
 
     def _fragment(self, body: dict[str, Any]) -> None:
         app = self.app

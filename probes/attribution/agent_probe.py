@@ -22,6 +22,7 @@ from gpuslo.probes.attribution.clock import Alignment, remeasure
 from gpuslo.probes.attribution.clusters import load, nearest
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.attribution.gpu import GpuSampler
+from gpuslo.probes.attribution.signals import GpuSample, Interval
 from gpuslo.probes.ebpf.libraries import resolve
 from gpuslo.probes.probe_api import ProbeJob
 
@@ -76,6 +77,17 @@ class AttributionConfig:
         if not 1 <= hz <= 100:
             raise ProbeError(f"attribution probe: hz={hz:g} is outside 1..100")
         return cls(libraries=tuple(libs), **fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One stall's window on CLOCK_MONOTONIC and the signals around it (what a replay recomputes from)."""
+
+    start_ns: int
+    end_ns: int
+    intervals: tuple[Interval, ...]
+    samples: tuple[GpuSample, ...]
+    clock_error_ns: int
 
 
 class AttributionProbe:
@@ -145,7 +157,9 @@ class AttributionProbe:
         """Whether the stall ended long enough ago for its signals to be in."""
         return time.monotonic_ns() >= self.window(stall)[1] + int(self.config.delay_s * 1e9)
 
-    def attribution(self, stall: Event) -> Attribution:
+    def inputs(self, stall: Event) -> Inputs:
+        """What the stall's attribution is computed from: its window, the intervals from 1 s before it (with the
+        allocation bursts and on-CPU spans still open in the kernel) and the GPU samples."""
         if self.collector is None or self.alignment is None:
             raise ProbeError("attribution probe: not started")
         self.drain()
@@ -153,15 +167,21 @@ class AttributionProbe:
         with self._lock:
             intervals = [i for i in self.collector.intervals if i.end_ns > start - 1_000_000_000]
             intervals += self.collector.open_bursts() + self.collector.open_oncpu()
-        samples = self.sampler.window(start, end + 100_000_000) if self.sampler else ()
-        return attribute(start, end, intervals, samples, own_pids=self.collector.pids,
-                         server_observed=bool(self.collector.pids), clock_error_ns=self.alignment.error_ns(end))
+        samples = self.sampler.window(start, end + 100_000_000) if self.sampler else []
+        return Inputs(start, end, tuple(intervals), tuple(samples), self.alignment.error_ns(end))
 
-    def enrich(self, stall: Event) -> Event:
+    def attribution(self, stall: Event, inputs: Inputs | None = None) -> Attribution:
+        if self.collector is None:
+            raise ProbeError("attribution probe: not started")
+        i = inputs or self.inputs(stall)
+        return attribute(i.start_ns, i.end_ns, i.intervals, i.samples, own_pids=self.collector.pids,
+                         server_observed=bool(self.collector.pids), clock_error_ns=i.clock_error_ns)
+
+    def enrich(self, stall: Event, inputs: Inputs | None = None) -> Event:
         """The token_stall with its `attribution.*` attributes (other kinds pass unchanged)."""
         if stall.kind != "token_stall":
             return stall
-        found = self.attribution(stall)
+        found = self.attribution(stall, inputs)
         enriched = replace(stall, attrs=MappingProxyType({**stall.attrs, **found.attrs()}))
         cluster = nearest(enriched.attrs, self.model) if self.model else None
         if cluster is not None:
