@@ -66,8 +66,8 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
         "alloc_retries": "int", "segments": "int", "num_ooms": "int"}),
     "token_latency": MappingProxyType({
         "endpoint": "string", "model": "string", "ttft_ms": "number", "itl_p50_ms": "number",
-        "itl_p99_ms": "number", "itl_max_ms": "number", "tokens": "int", "stalls": "int",
-        "requests": "int", "window_s": "number", "error": "string"}),
+        "itl_p99_ms": "number", "itl_max_ms": "number", "itl_max_at_ms": "number", "tokens": "int", "stalls": "int",
+        "requests": "int", "window_s": "number", "error": "string", **ATTRIBUTION_ATTRS}),
     "token_stall": MappingProxyType({
         "gap_ms": "number", "token_index": "int", "request_id": "string", "endpoint": "string",
         "model": "string", **ATTRIBUTION_ATTRS}),
@@ -112,6 +112,7 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("nccl_progress", "state"): ("progressing", "idle", "aborted", "error"),
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
     ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
+    ("token_latency", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_ms", "_us", "_s")  # of numbers; integer ranges are event_checks.int_range
 _NON_NEGATIVE_NAMES = frozenset({"tokens", "stalls", "seq", "dropped", "last_enqueued_seq", "last_completed_seq",

@@ -111,6 +111,10 @@ class Stream:
             body = json.loads(line)
             if body["kind"] == "token_stall":
                 body = self._stall(body, phase)
+            elif body["kind"] == "token_latency":  # the request's worst gap, attributed as a stall is
+                body["labels"] = {**body.get("labels", {}), "injected": phase}
+                if self.probe is not None:
+                    body = self.probe.enrich_when_ready(parse_event(body), 5.0).to_dict()
             self.sink.write(json.dumps({"phase": phase, **body}) + "\n")
             self.events.append({"phase": phase, **body})
             self._post(body)
@@ -222,19 +226,12 @@ def phases(args: argparse.Namespace, api: Api, llm: str, llm_pid: int, check: Ch
             summary["network"]["holds"] = len(proxy.holds)
             proxy.close()
             if not args.dry_run:
-                gpu_phases(args, stream, llm, summary)
+                attempt(summary, "gpu_phases", lambda: gpu_phases(args, stream, llm, summary))
             httpx.post(f"{llm}/control/kernel", json={"on": True, "every_s": 1.0, "mib": args.storm_mib}, timeout=10)
             summary["kernel"] = stream.run("kernel", llm, args.requests)
             summary["kernel"]["storms"] = httpx.post(f"{llm}/control/kernel", json={"on": False}, timeout=30).json()
             if not args.dry_run:
-                squeezer = Squeezer(work, 40.0)
-                summary["squeezer"] = squeezer.result()
-                httpx.post(f"{llm}/control/fragment", json={}, timeout=10)
-                summary["alloc"] = stream.run("alloc", llm, args.alloc_requests)
-                state = httpx.post(f"{llm}/control/fragment", json={"stop": True}, timeout=90).json()
-                summary["alloc"]["cycles"] = [{k: c.get(k) for k in ("retry_ms", "alloc_retries", "mid_stream")}
-                                              for c in (state.get("fragmenter") or {}).get("cycles", [])]
-                stop(squeezer.proc)  # type: ignore[arg-type]
+                attempt(summary, "alloc", lambda: alloc_phase(args, stream, llm, work, summary))
             summary["probe"]["lost"] = probe.collector.lost()  # type: ignore[union-attr]
             summary["probe"]["clock_end"] = asdict(probe.alignment.current)  # type: ignore[union-attr]
             summary["probe"]["drift_ppm"] = probe.alignment.drift_ppm  # type: ignore[union-attr]
@@ -242,6 +239,29 @@ def phases(args: argparse.Namespace, api: Api, llm: str, llm_pid: int, check: Ch
             stop_drain.set()
             probe.stop()
     return summary
+
+
+def alloc_phase(args: argparse.Namespace, stream: Stream, llm: str, work: Path, summary: dict[str, Any]) -> None:
+    """The server's allocator fragmented and forced to flush and retry mid-stream, beside a squeezing tenant."""
+    squeezer = Squeezer(work, 40.0)
+    try:
+        summary["squeezer"] = squeezer.result()
+        httpx.post(f"{llm}/control/fragment", json={}, timeout=10)
+        summary["alloc"] = stream.run("alloc", llm, args.alloc_requests)
+        state = httpx.post(f"{llm}/control/fragment", json={"stop": True}, timeout=90).json()
+        summary["alloc"]["cycles"] = [{k: c.get(k) for k in ("retry_ms", "alloc_retries", "mid_stream")}
+                                      for c in (state.get("fragmenter") or {}).get("cycles", [])]
+    finally:
+        stop(squeezer.proc)  # type: ignore[arg-type]
+
+
+def attempt(summary: dict[str, Any], name: str, step: Any) -> None:
+    """Run one phase; an error is recorded in the summary and the run goes on with the next phase."""
+    try:
+        step()
+    except Exception as exc:  # noqa: BLE001 - one broken phase must not cost the others (device time is scarce)
+        print(f"PHASE {name} FAILED: {type(exc).__name__}: {exc}", flush=True)
+        summary.setdefault("failed_phases", {})[name] = f"{type(exc).__name__}: {exc}"
 
 
 def _side_stream(stream: Stream, llm: str, phase: str, mode: str, requests: int) -> dict[str, Any]:

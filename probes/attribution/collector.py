@@ -154,7 +154,8 @@ class Collector:
         for key, span in self._bpf[b"oncpu"].items():
             tid = int(key.value)
             start, end, count = int(span.start), int(span.end), int(span.count)
-            if tid in running and running.pop(tid) <= end + self.thresholds.oncpu_gap_ns:
+            if tid in running and running[tid] <= end + self.thresholds.oncpu_gap_ns:
+                del running[tid]
                 end, count = now, count + 1
             found.append(Interval("oncpu", start, end, tgids.get(tid, 0), tid, f"{count} slices (open)"))
         found += [Interval("oncpu", since, now, tgids.get(tid, 0), tid, "running") for tid, since in running.items()]
