@@ -119,10 +119,16 @@ class Stream:
             self.events.append({"phase": phase, **body})
             self._post(body)
         proc.wait(30)
+        if self.probe is not None and self.probe.collector is not None:  # where the serving threads' CPU went
+            modules = self.probe.collector.cuda_samples.modules
+            summary_modules = dict(modules.most_common(8))
+            modules.clear()
+        else:
+            summary_modules = {}
         mine = [e for e in self.events if e["phase"] == phase]
         lat = [e["attrs"] for e in mine if e["kind"] == "token_latency"]
         summary = {"phase": phase, "server_alive_before": alive, "start_ns": started, "end_ns": time.time_ns(),
-                   "requests": len(lat),
+                   "requests": len(lat), "sampled_modules": summary_modules,
                    "itl_p50_ms": statistics.median([a["itl_p50_ms"] for a in lat if a.get("itl_p50_ms")] or [0]),
                    "stalls_ge_200": [round(e["attrs"]["gap_ms"], 1) for e in mine
                                      if e["kind"] == "token_stall" and e["attrs"]["gap_ms"] >= STALL_MS]}
@@ -192,6 +198,7 @@ def phases(args: argparse.Namespace, api: Api, llm: str, llm_pid: int, check: Ch
                                  "h200")
         probe.start()
         summary["probe"] = {"attached": probe.collector.attached, "unavailable": probe.unavailable,  # type: ignore[union-attr]
+                            "sampling": probe.collector.sampling,  # type: ignore[union-attr]
                             "gpm": bool(probe.sampler and probe.sampler.gpm),
                             "clock": asdict(probe.alignment.current)}  # type: ignore[union-attr]
         stop_drain = threading.Event()

@@ -5,10 +5,10 @@ gap between two sends (a `send_gap` interval), the tokens were sent on time and 
 The rest is given, first come first served, to: the network again (a send that waited for room in the socket's
 send queue), the scheduler (a serving thread runnable but not running), the kernel (a long system call that is
 not a chosen wait, then a page-fault burst), the driver (CUDA allocation and free), the GPU (a CUDA call waiting
-for the device), the driver again (an ioctl outside those calls), the kernel again (an uninterruptible sleep
-outside a system call), and last `compute`: the serving threads' own on-CPU work. What no signal covers is
-`unattributed`. Block I/O completed during the stall and the process's page faults are evidence of the kernel
-share.
+for the device, then on-CPU time inside the CUDA libraries while the device was busy; the driver's when it was
+not), the driver again (an ioctl outside those calls), the kernel again (an uninterruptible sleep outside a
+system call), and last `compute`: the serving threads' own on-CPU work. What no signal covers is `unattributed`.
+Block I/O completed during the stall and the process's page faults are evidence of the kernel share.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ UNATTRIBUTED = "unattributed"
 # Interval kinds in the order they claim the server-side time, with the layer each is counted in.
 _PRIORITY: tuple[tuple[str, str], ...] = (
     ("send_blocked", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL), ("faults", KERNEL),
-    ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("ioctl", DRIVER), ("blocked", KERNEL), ("oncpu", COMPUTE))
+    ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER), ("blocked", KERNEL),
+    ("oncpu", COMPUTE))
+# On-CPU time inside the CUDA libraries is the GPU's while the device was busy (a launch or wait spinning on a
+# device that has no room for the work), the driver's otherwise.
+BUSY_SM = 0.5
 PREFIX = "attribution."
 EVIDENCE_MAX = 1000
 
@@ -82,6 +86,8 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
     if kind == "send_blocked":
         return f"{top.detail} waited {top.duration_ms:.0f} ms for room in the socket's send queue in thread " \
                f"{top.tid}{more}"
+    if kind == "cuda_cpu":
+        return f"thread {top.tid} on CPU {ms:.0f} ms inside the CUDA driver: {top.detail}{more}"
     if kind == "oncpu":
         return f"thread {top.tid} on CPU {ms:.0f} ms of the stall, its own work ({top.detail}){more}"
     if kind == "faults":
@@ -89,6 +95,13 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
     if kind == "blocked":
         return f"thread {top.tid} in uninterruptible sleep {top.duration_ms:.0f} ms{more}"
     return f"{top.detail} {top.duration_ms:.0f} ms in thread {top.tid}{more}"
+
+
+def _busy(samples: Sequence[GpuSample]) -> float:
+    """How busy the GPU was over the samples: SM active where GPM has it, else the utilization."""
+    values = [s.sm_active if s.sm_active is not None else (s.util_pct or 0.0) / 100 for s in samples
+              if s.sm_active is not None or s.util_pct is not None]
+    return sum(values) / len(values) if values else 0.0
 
 
 def _block_io(intervals: Sequence[Interval], window: Span) -> str:
@@ -144,7 +157,10 @@ def attribute(start_ns: int, end_ns: int, intervals: Sequence[Interval], samples
                              f"stall; {len(retransmits)} TCP retransmits on the port")
     remaining = subtract(whole, network)
     best: dict[str, tuple[float, str]] = {}
+    busy = _busy(samples)
     for kind, layer in _PRIORITY:
+        if kind == "cuda_cpu" and busy < BUSY_SM:
+            layer = DRIVER
         found = _clip(intervals, kind, window)
         if not found or not remaining:
             continue

@@ -6,6 +6,7 @@
  * Only tracepoint fields (from the running kernel's format files) are read: no task_struct offsets, which the
  * generic kernel headers BCC compiles against would get wrong on another kernel. */
 #include <uapi/linux/ptrace.h>
+#include <uapi/linux/bpf_perf_event.h>
 
 #define AT_RUNNABLE 1
 #define AT_SYSCALL 2
@@ -16,6 +17,7 @@
 #define AT_ONCPU 7
 #define AT_BLOCKED 8
 #define AT_FAULTS 9
+#define AT_SAMPLE 10
 
 struct at_record {
     u64 start_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
@@ -28,6 +30,7 @@ struct at_record {
     u32 kind;
     u32 pad;
     char other_comm[16];
+    u64 frames[3];  /* AT_SAMPLE: the next user frames (the top one is arg) */
 };
 
 struct at_start {
@@ -100,6 +103,7 @@ static __always_inline void at_emit(u32 kind, u64 start, u64 end, u64 arg, u32 p
     r->kind = kind;
     r->pad = 0;
     __builtin_memset(r->other_comm, 0, sizeof(r->other_comm));
+    __builtin_memset(r->frames, 0, sizeof(r->frames));
     if (other_comm)
         bpf_probe_read_kernel(r->other_comm, sizeof(r->other_comm), other_comm);
     records.ringbuf_submit(r, 0);
@@ -347,5 +351,35 @@ static __always_inline int at_cuda_leave(u32 func, int is_alloc)
         at_emit(AT_CUDA, b->start, b->end, ((u64)b->calls << 32) | b->func, id >> 32, tid, 0, 0);
     struct at_burst fresh = {.start = start, .end = now, .func = func, .calls = 1};
     bursts.update(&tid, &fresh);
+    return 0;
+}
+
+/* On-CPU samples of the serving threads (a software cpu-clock perf event): the top user-space frames, so user
+ * space can tell time spent inside the CUDA libraries (spinning in a launch or a wait, maybe in the vDSO's clock
+ * under it) from the thread's own work. */
+int at_sample(struct bpf_perf_event_data *ctx)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    u32 *tgid = watched_tids.lookup(&tid);
+    if (!tgid || !at_comm_self())
+        return 0;
+    u64 stack[4] = {};
+    if (bpf_get_stack(ctx, stack, sizeof(stack), BPF_F_USER_STACK) <= 0)
+        return 0;
+    struct at_record *r = records.ringbuf_reserve(sizeof(struct at_record));
+    if (!r)
+        return 0;
+    __builtin_memset(r, 0, sizeof(*r));
+    r->start_ns = r->end_ns = bpf_ktime_get_ns();
+    r->arg = stack[0];
+    r->frames[0] = stack[1];
+    r->frames[1] = stack[2];
+    r->frames[2] = stack[3];
+    r->pid = *tgid;
+    r->tid = tid;
+    r->cpu = bpf_get_smp_processor_id();
+    r->kind = AT_SAMPLE;
+    records.ringbuf_submit(r, 0);
     return 0;
 }
