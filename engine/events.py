@@ -44,7 +44,8 @@ ATTRIBUTION_ATTRS: Mapping[str, str] = MappingProxyType({
     **{f"attribution.{layer}_ms": "number" for layer in (*ATTRIBUTION_LAYERS, "unattributed")},
     "attribution.dominant": "string", "attribution.coverage": "number", "attribution.evidence": "string",
     "attribution.clock_error_us": "number", "attribution.gpu_util_pct": "number",
-    "attribution.sm_active": "number", "attribution.sm_occupancy": "number", "attribution.dram_bw": "number",
+    "attribution.sm_active": "number", "attribution.sm_active_max": "number", "attribution.sm_occupancy": "number",
+    "attribution.dram_bw": "number",
     "attribution.other_pid": "number", "attribution.other_sm_share": "number", "attribution.cluster": "string"})
 KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "cuda_oom": MappingProxyType({
@@ -134,7 +135,7 @@ def _attr_schema(kind: str) -> dict[str, Any]:
             prop["minimum"], prop["maximum"] = (max(low, 0) if name in _NON_NEGATIVE_NAMES else low), high
         elif name.endswith(_NON_NEGATIVE_SUFFIXES):
             prop["minimum"] = 0
-        if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active",
+        if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active", "attribution.sm_active_max",
                     "attribution.sm_occupancy", "attribution.dram_bw", "attribution.other_sm_share"):
             prop.update(minimum=0, maximum=1)
         if (kind, name) in _ENUMS:

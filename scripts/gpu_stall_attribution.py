@@ -190,6 +190,8 @@ def phases(args: argparse.Namespace, api: Api, llm: str, llm_pid: int, check: Ch
     summary: dict[str, Any] = {}
     with open(out / "h200-stall-probe.jsonl", "w") as sink, open(out / "h200-stall-signals.jsonl", "w") as sig:
         stream = Stream(api, None, sink, sig, args)
+        summary["warmup"] = stream.run("warmup", llm, args.requests)  # first calls, caches: not a baseline
+        train_step_ms(None, args.train_steps)
         summary["quiet_unprobed"] = stream.run("warmup", llm, args.requests)
         summary["train_unprobed_ms"] = train_step_ms(None, args.train_steps)
         libs = from_process(llm_pid)

@@ -98,10 +98,12 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
 
 
 def _busy(samples: Sequence[GpuSample]) -> float:
-    """How busy the GPU was over the samples: SM active where GPM has it, else the utilization."""
+    """How busy the GPU got during the stall: the peak SM active where GPM has it, else the peak utilization.
+    The peak, not the mean: GPM samples of 50 ms ramp up and down around a held device (seen on the H200: peaks
+    of 0.98 with means of 0.3 while another stream held every SM, peaks of 0.01 in every other phase)."""
     values = [s.sm_active if s.sm_active is not None else (s.util_pct or 0.0) / 100 for s in samples
               if s.sm_active is not None or s.util_pct is not None]
-    return sum(values) / len(values) if values else 0.0
+    return max(values, default=0.0)
 
 
 def _block_io(intervals: Sequence[Interval], window: Span) -> str:
@@ -124,6 +126,8 @@ def _gpu_features(samples: Sequence[GpuSample], own_pids: frozenset[int]) -> tup
         values = [getattr(s, name) for s in samples if getattr(s, name) is not None]
         if values:
             feats[name] = sum(values) / len(values)
+            if name == "sm_active":
+                feats["sm_active_max"] = max(values)
     shares: dict[int, list[float]] = {}
     for s in samples:
         for pid, sm in s.processes:

@@ -77,7 +77,6 @@ def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fak
     # for a CPU (runnable, no sample): at least one 5 ms sample period
     assert inside >= 5, [(i.duration_ms, i.detail) for i in spans]
     assert all("libcuda.so.1" in i.detail for i in spans)
-    assert any(i.detail.split("(")[1].split()[0] in ("cuLaunchKernel_spin", "now") for i in spans)  # symbolized
     assert collector.cuda_samples.in_cuda < collector.cuda_samples.samples  # its own work was sampled too
     busy = [GpuSample(t, 0, 99.0, 0.99) for t in range(started, ended, 50_000_000)]
     idle = [GpuSample(t, 0, 0.0, 0.0) for t in range(started, ended, 50_000_000)]

@@ -12,6 +12,7 @@ import time
 from ebpf_support import requires_bpf
 
 from gpuslo.probes.attribution.attribute import attribute
+from gpuslo.probes.attribution.bpf import Thresholds
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.ebpf.libraries import LibrarySet
 
@@ -66,7 +67,10 @@ def test_each_stall_of_a_real_server_is_split_to_at_least_95_percent(tmp_path, f
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited: a small window, a full queue
     port = listener.getsockname()[1]
-    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
+    # send gaps from 20 ms (the default, 100 ms, is above a token of the H200 run's server): each gap below is the
+    # server's own, however short the machine makes it
+    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine",
+                          thresholds=Thresholds(send_gap_ns=20_000_000))
     collector.start()
     try:
         server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(tmp_path / "storm")])
@@ -86,8 +90,10 @@ def test_each_stall_of_a_real_server_is_split_to_at_least_95_percent(tmp_path, f
     assert {"oncpu", "faults", "send_blocked", "send_gap", "syscall"} <= kinds, sorted(kinds)
     faults = [i for i in mine if i.kind == "faults"]
     assert sum(int(i.detail.split()[0]) for i in faults) >= 30000, [i.detail for i in faults]
-    gaps = [(a, b) for a, b in zip(arrivals, arrivals[1:], strict=False) if b - a >= 150_000_000]
-    assert len(gaps) >= 4, [round((b - a) / 1e6) for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    # the gaps ended by tokens 5 (work), 10 (faults), 15 (fsync) and 18 (blocked send), however long each took
+    # on this machine (on an idle 16-core one the fault storm takes under 150 ms)
+    gaps = [(arrivals[k - 1], arrivals[k]) for k in (5, 10, 15, 18)]
+    assert min(b - a for a, b in gaps) >= 60_000_000, [round((b - a) / 1e6) for a, b in gaps]
     splits = [attribute(a, b, mine, own_pids=(server.pid,)) for a, b in gaps]
     report = [(round(s.gap_ms), s.dominant, round(s.coverage, 3), dict(s.evidence)) for s in splits]
     assert all(s.coverage >= 0.95 for s in splits), report
