@@ -39,12 +39,13 @@ ENVELOPE_FIELDS: Mapping[str, str] = MappingProxyType(
 _BYTES = "int"
 # What the attribution probe adds to a token_stall (probes/attribution): the stall's time per layer, the dominant
 # layer, the share of the gap some layer explains, the evidence, and the GPU features the clustering uses.
-ATTRIBUTION_LAYERS = ("network", "scheduler", "kernel", "driver", "gpu")
+ATTRIBUTION_LAYERS = ("network", "scheduler", "kernel", "driver", "gpu", "compute")
 ATTRIBUTION_ATTRS: Mapping[str, str] = MappingProxyType({
     **{f"attribution.{layer}_ms": "number" for layer in (*ATTRIBUTION_LAYERS, "unattributed")},
     "attribution.dominant": "string", "attribution.coverage": "number", "attribution.evidence": "string",
     "attribution.clock_error_us": "number", "attribution.gpu_util_pct": "number",
-    "attribution.sm_active": "number", "attribution.sm_occupancy": "number", "attribution.dram_bw": "number",
+    "attribution.sm_active": "number", "attribution.sm_active_max": "number", "attribution.sm_occupancy": "number",
+    "attribution.dram_bw": "number",
     "attribution.other_pid": "number", "attribution.other_sm_share": "number", "attribution.cluster": "string"})
 KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "cuda_oom": MappingProxyType({
@@ -66,8 +67,8 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
         "alloc_retries": "int", "segments": "int", "num_ooms": "int"}),
     "token_latency": MappingProxyType({
         "endpoint": "string", "model": "string", "ttft_ms": "number", "itl_p50_ms": "number",
-        "itl_p99_ms": "number", "itl_max_ms": "number", "tokens": "int", "stalls": "int",
-        "requests": "int", "window_s": "number", "error": "string"}),
+        "itl_p99_ms": "number", "itl_max_ms": "number", "itl_max_at_ms": "number", "tokens": "int", "stalls": "int",
+        "requests": "int", "window_s": "number", "error": "string", **ATTRIBUTION_ATTRS}),
     "token_stall": MappingProxyType({
         "gap_ms": "number", "token_index": "int", "request_id": "string", "endpoint": "string",
         "model": "string", **ATTRIBUTION_ATTRS}),
@@ -116,6 +117,7 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("nccl_progress", "state"): ("progressing", "idle", "aborted", "error"),
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
     ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
+    ("token_latency", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_ms", "_us", "_s")  # of numbers; integer ranges are event_checks.int_range
 _NON_NEGATIVE_NAMES = frozenset({"tokens", "stalls", "seq", "dropped", "last_enqueued_seq", "last_completed_seq",
@@ -137,7 +139,7 @@ def _attr_schema(kind: str) -> dict[str, Any]:
             prop["minimum"], prop["maximum"] = (max(low, 0) if name in _NON_NEGATIVE_NAMES else low), high
         elif name.endswith(_NON_NEGATIVE_SUFFIXES):
             prop["minimum"] = 0
-        if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active",
+        if name in ("fragmentation_ratio", "attribution.coverage", "attribution.sm_active", "attribution.sm_active_max",
                     "attribution.sm_occupancy", "attribution.dram_bw", "attribution.other_sm_share"):
             prop.update(minimum=0, maximum=1)
         if (kind, name) in _ENUMS:

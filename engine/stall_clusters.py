@@ -23,6 +23,7 @@ FEATURES = (*(f"{s}_share" for s in SEGMENTS), "sm_active", "dram_bw", "other_sm
 NAMES = {"scheduler": ("cpu-starvation", "CPU starvation of the engine thread"),
          "network": ("network-delay", "Network delay between server and client"),
          "kernel": ("kernel-io", "Blocking I/O or system calls in the serving thread"),
+         "compute": ("engine-compute", "The serving thread's own work on the CPU"),
          "unattributed": ("unexplained", "No signal explains the stall")}
 FR_WINDOW_S = 60.0
 

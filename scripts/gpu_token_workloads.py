@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from gpu_side_stream import GpuHold  # GPU contention from a side stream (POST /control/gpu)
 from gpu_workloads import expected_fr, fill_blocks  # the same fill and FR maths as the e2e run
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -181,6 +182,7 @@ class App:
     def __init__(self, generator: Generator, reporter: Any, device: str):
         self.generator, self.reporter, self.device = generator, reporter, device
         self.fragmenter: Fragmenter | None = None
+        self.gpu_hold: GpuHold | None = None
 
     def state(self) -> dict[str, Any]:
         frag = self.fragmenter
@@ -243,10 +245,33 @@ class Handler(BaseHTTPRequestHandler):
             gen.between_tokens = KernelStorm(float(body.get("every_s", 1.0)), int(body.get("mib", 256))) \
                 if body.get("on") else None
             self._json(200, {"storms": storm.storms if storm else []})
+        elif self.path == "/control/gpu":
+            self._gpu_hold(body)
         elif self.path in ("/v1/completions", "/v1/chat/completions"):
             self._complete("chat" if "chat" in self.path else "completions", body)
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _gpu_hold(self, body: dict[str, Any]) -> None:
+        """{"on": true, "mode": "matmul"|"spin", "hold_ms": 300, "every_s": 1} starts the side-stream contention;
+        {"on": false} stops it and answers its holds."""
+        app = self.app
+        if app.device != "cuda":
+            self._json(409, {"error": {"message": "GPU contention needs the GPU"}})
+            return
+        hold = app.gpu_hold
+        if hold is not None:
+            hold.stop_event.set()
+            hold.join(30)
+            app.gpu_hold = None
+        if body.get("on"):
+            app.gpu_hold = GpuHold(str(body.get("mode", "matmul")), float(body.get("hold_ms", 300.0)),
+                                   float(body.get("every_s", 1.0)))
+            app.gpu_hold.start()
+            self._json(200, {"started": True})
+            return
+        self._json(200, {"holds": hold.holds if hold else [], "setup": hold.setup if hold else {},
+                         "error": hold.error if hold else None})
 
     def _fragment(self, body: dict[str, Any]) -> None:
         app = self.app

@@ -22,6 +22,7 @@ from gpuslo.probes.attribution.clock import Alignment, remeasure
 from gpuslo.probes.attribution.clusters import load, nearest
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.attribution.gpu import GpuSampler
+from gpuslo.probes.attribution.signals import GpuSample, Interval
 from gpuslo.probes.ebpf.libraries import resolve
 from gpuslo.probes.probe_api import ProbeJob
 
@@ -76,6 +77,17 @@ class AttributionConfig:
         if not 1 <= hz <= 100:
             raise ProbeError(f"attribution probe: hz={hz:g} is outside 1..100")
         return cls(libraries=tuple(libs), **fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One stall's window on CLOCK_MONOTONIC and the signals around it (what a replay recomputes from)."""
+
+    start_ns: int
+    end_ns: int
+    intervals: tuple[Interval, ...]
+    samples: tuple[GpuSample, ...]
+    clock_error_ns: int
 
 
 class AttributionProbe:
@@ -135,43 +147,64 @@ class AttributionProbe:
         return (ProbeJob("attribution-ring", 0.1, self.drain),)
 
     def window(self, stall: Event) -> tuple[int, int]:
-        """The stall's [start, end] on CLOCK_MONOTONIC: it is timed at the token that ended it."""
+        """The gap's [start, end] on CLOCK_MONOTONIC: a token_stall is timed at the token that ended it; a
+        token_latency (timed at its request's start) says when its worst gap ended (`itl_max_at_ms`)."""
         assert self.alignment is not None
         end_wall = int(round(stall.time.timestamp() * 1e6)) * 1000
+        if stall.kind == "token_latency":
+            end_wall += int(float(stall.attrs["itl_max_at_ms"]) * 1e6)
+            gap_ms = float(stall.attrs["itl_max_ms"])
+        else:
+            gap_ms = float(stall.attrs["gap_ms"])
         end = self.alignment.current.to_mono(end_wall)
-        return end - int(float(stall.attrs["gap_ms"]) * 1e6), end
+        return end - int(gap_ms * 1e6), end
+
+    @staticmethod
+    def attributable(event: Event) -> bool:
+        """A token_stall, or a request's token_latency that says where its worst gap was."""
+        return event.kind == "token_stall" or (
+            event.kind == "token_latency" and "itl_max_at_ms" in event.attrs and "itl_max_ms" in event.attrs)
 
     def ready(self, stall: Event) -> bool:
         """Whether the stall ended long enough ago for its signals to be in."""
         return time.monotonic_ns() >= self.window(stall)[1] + int(self.config.delay_s * 1e9)
 
-    def attribution(self, stall: Event) -> Attribution:
+    def inputs(self, stall: Event) -> Inputs:
+        """What the stall's attribution is computed from: its window, the intervals from 1 s before it (with the
+        allocation bursts and on-CPU spans still open in the kernel) and the GPU samples."""
         if self.collector is None or self.alignment is None:
             raise ProbeError("attribution probe: not started")
         self.drain()
         start, end = self.window(stall)
         with self._lock:
             intervals = [i for i in self.collector.intervals if i.end_ns > start - 1_000_000_000]
-            intervals += self.collector.open_bursts()
-        samples = self.sampler.window(start, end + 100_000_000) if self.sampler else ()
-        return attribute(start, end, intervals, samples, own_pids=self.collector.pids,
-                         server_observed=bool(self.collector.pids), clock_error_ns=self.alignment.error_ns(end))
+            intervals += self.collector.open_bursts() + self.collector.open_oncpu()
+        samples = self.sampler.window(start, end + 100_000_000) if self.sampler else []
+        return Inputs(start, end, tuple(intervals), tuple(samples), self.alignment.error_ns(end))
 
-    def enrich(self, stall: Event) -> Event:
-        """The token_stall with its `attribution.*` attributes (other kinds pass unchanged)."""
-        if stall.kind != "token_stall":
+    def attribution(self, stall: Event, inputs: Inputs | None = None) -> Attribution:
+        if self.collector is None:
+            raise ProbeError("attribution probe: not started")
+        i = inputs or self.inputs(stall)
+        return attribute(i.start_ns, i.end_ns, i.intervals, i.samples, own_pids=self.collector.pids,
+                         server_observed=bool(self.collector.pids), clock_error_ns=i.clock_error_ns)
+
+    def enrich(self, stall: Event, inputs: Inputs | None = None) -> Event:
+        """The token_stall (or the request's worst gap, on its token_latency) with its `attribution.*` attributes;
+        other kinds pass unchanged."""
+        if not self.attributable(stall):
             return stall
-        found = self.attribution(stall)
+        found = self.attribution(stall, inputs)
         enriched = replace(stall, attrs=MappingProxyType({**stall.attrs, **found.attrs()}))
-        cluster = nearest(enriched.attrs, self.model) if self.model else None
+        cluster = nearest(enriched.attrs, self.model) if self.model and stall.kind == "token_stall" else None
         if cluster is not None:
             enriched = replace(enriched, attrs=MappingProxyType({**enriched.attrs, "attribution.cluster": cluster}))
         return enriched
 
     def enrich_when_ready(self, event: Event, timeout_s: float = 2.0) -> Event:
-        """What the agent calls for every other probe's event: a token_stall waits (at most timeout_s) until its
-        signals are in, then gets its attribution; other kinds pass unchanged."""
-        if event.kind != "token_stall" or self.collector is None:
+        """What the agent calls for every other probe's event: a token_stall or token_latency waits (at most
+        timeout_s) until its signals are in, then gets its attribution; other kinds pass unchanged."""
+        if not self.attributable(event) or self.collector is None:
             return event
         deadline = time.monotonic() + timeout_s
         while not self.ready(event) and time.monotonic() < deadline:

@@ -2,10 +2,13 @@
 
 The stall is the client's gap [start, end] on CLOCK_MONOTONIC. Where the server's thread was not itself in a
 gap between two sends (a `send_gap` interval), the tokens were sent on time and the time is the network's.
-The rest is given, first come first served, to: the scheduler (a serving thread runnable but not running), the
-kernel (a long system call that is not a chosen wait), the driver (CUDA allocation and free), the GPU (a CUDA
-call waiting for the device), the driver again (an ioctl outside those calls). What no signal covers is
-`unattributed`.
+The rest is given, first come first served, to: the network again (a send that waited for room in the socket's
+send queue), the scheduler (a serving thread runnable but not running), the kernel (a long system call that is
+not a chosen wait, then a page-fault burst), the driver (CUDA allocation and free), the GPU (a CUDA call waiting
+for the device, then on-CPU time inside the CUDA libraries while the device was busy; the driver's when it was
+not), the driver again (an ioctl outside those calls), the kernel again (an uninterruptible sleep outside a
+system call), and last `compute`: the serving threads' own on-CPU work. What no signal covers is `unattributed`.
+Block I/O completed during the stall and the process's page faults are evidence of the kernel share.
 """
 
 from __future__ import annotations
@@ -15,14 +18,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gpuslo.probes.attribution.signals import DRIVER, GPU, KERNEL, NETWORK, SCHEDULER, GpuSample, Interval
+from gpuslo.probes.attribution.signals import COMPUTE, DRIVER, GPU, KERNEL, NETWORK, SCHEDULER, GpuSample, Interval
 from gpuslo.probes.attribution.spans import Span, intersect, length, subtract, union
 
-LAYERS = (NETWORK, SCHEDULER, KERNEL, DRIVER, GPU)
+LAYERS = (NETWORK, SCHEDULER, KERNEL, DRIVER, GPU, COMPUTE)
 UNATTRIBUTED = "unattributed"
 # Interval kinds in the order they claim the server-side time, with the layer each is counted in.
 _PRIORITY: tuple[tuple[str, str], ...] = (
-    ("runnable", SCHEDULER), ("syscall", KERNEL), ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("ioctl", DRIVER))
+    ("send_blocked", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL), ("faults", KERNEL),
+    ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER), ("blocked", KERNEL),
+    ("oncpu", COMPUTE))
+# On-CPU time inside the CUDA libraries is the GPU's while the device was busy (a launch or wait spinning on a
+# device that has no room for the work), the driver's otherwise.
+BUSY_SM = 0.5
 PREFIX = "attribution."
 EVIDENCE_MAX = 1000
 
@@ -75,7 +83,36 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
     if kind in ("cuda_alloc", "cuda_wait"):
         verb = "waited for the GPU" if kind == "cuda_wait" else "blocked"
         return f"{top.detail} {verb} {top.duration_ms:.0f} ms in thread {top.tid}{more}"
+    if kind == "send_blocked":
+        return f"{top.detail} waited {top.duration_ms:.0f} ms for room in the socket's send queue in thread " \
+               f"{top.tid}{more}"
+    if kind == "cuda_cpu":
+        return f"thread {top.tid} on CPU {ms:.0f} ms inside the CUDA driver: {top.detail}{more}"
+    if kind == "oncpu":
+        return f"thread {top.tid} on CPU {ms:.0f} ms of the stall, its own work ({top.detail}){more}"
+    if kind == "faults":
+        return f"{top.detail} in {top.duration_ms:.0f} ms in thread {top.tid}{more}"
+    if kind == "blocked":
+        return f"thread {top.tid} in uninterruptible sleep {top.duration_ms:.0f} ms{more}"
     return f"{top.detail} {top.duration_ms:.0f} ms in thread {top.tid}{more}"
+
+
+def _busy(samples: Sequence[GpuSample]) -> float:
+    """How busy the GPU got during the stall: the peak SM active where GPM has it, else the peak utilization.
+    The peak, not the mean: GPM samples of 50 ms ramp up and down around a held device (seen on the H200: peaks
+    of 0.98 with means of 0.3 while another stream held every SM, peaks of 0.01 in every other phase)."""
+    values = [s.sm_active if s.sm_active is not None else (s.util_pct or 0.0) / 100 for s in samples
+              if s.sm_active is not None or s.util_pct is not None]
+    return max(values, default=0.0)
+
+
+def _block_io(intervals: Sequence[Interval], window: Span) -> str:
+    found = [i for i in intervals if i.kind == "block_io" and window[0] <= i.end_ns <= window[1]]
+    if not found:
+        return ""
+    mib = sum(int(i.detail.split()[0]) for i in found if i.detail.split()[0].isdigit()) / (1 << 20)
+    longest = max(i.duration_ms for i in found)
+    return f"{len(found)} block requests ({mib:.1f} MiB) completed during the stall, longest {longest:.0f} ms"
 
 
 def _gpu_features(samples: Sequence[GpuSample], own_pids: frozenset[int]) -> tuple[dict[str, float], str]:
@@ -89,6 +126,8 @@ def _gpu_features(samples: Sequence[GpuSample], own_pids: frozenset[int]) -> tup
         values = [getattr(s, name) for s in samples if getattr(s, name) is not None]
         if values:
             feats[name] = sum(values) / len(values)
+            if name == "sm_active":
+                feats["sm_active_max"] = max(values)
     shares: dict[int, list[float]] = {}
     for s in samples:
         for pid, sm in s.processes:
@@ -122,7 +161,10 @@ def attribute(start_ns: int, end_ns: int, intervals: Sequence[Interval], samples
                              f"stall; {len(retransmits)} TCP retransmits on the port")
     remaining = subtract(whole, network)
     best: dict[str, tuple[float, str]] = {}
+    busy = _busy(samples)
     for kind, layer in _PRIORITY:
+        if kind == "cuda_cpu" and busy < BUSY_SM:
+            layer = DRIVER
         found = _clip(intervals, kind, window)
         if not found or not remaining:
             continue
@@ -135,7 +177,11 @@ def attribute(start_ns: int, end_ns: int, intervals: Sequence[Interval], samples
         top = max(found, key=lambda i: _overlap_ms(i, claimed))
         if ms > best.get(layer, (0.0, ""))[0]:
             best[layer] = (ms, _describe(kind, top, ms, len(found)))
-    evidence.update({layer: text for layer, (_, text) in best.items()})
+    for layer, (_, text) in best.items():
+        evidence[layer] = f"{evidence[layer]}; {text}" if layer in evidence else text
+    io = _block_io(intervals, window)
+    if io and shares[KERNEL] > 0:
+        evidence[KERNEL] = f"{evidence[KERNEL]}; {io}"
     features, gpu_text = _gpu_features(samples, frozenset(own_pids))
     if gpu_text and shares[GPU] > 0:
         evidence[GPU] = f"{evidence.get(GPU, '')}; {gpu_text}".lstrip("; ")

@@ -39,12 +39,18 @@ TIMED_CALLS: tuple[TimedCall, ...] = (
 class Thresholds:
     """Intervals shorter than these stay in the kernel (ns); a token's normal work is under all of them."""
 
-    runnable_ns: int = 2_000_000
+    runnable_ns: int = 500_000     # down to the on-CPU merge gap: a preemption is scheduler time or on-CPU time
     syscall_ns: int = 2_000_000
     cuda_ns: int = 2_000_000
     send_gap_ns: int = 100_000_000  # above a token's normal time (50-70 ms for the H200 run's Python server)
     block_ns: int = 5_000_000
     burst_gap_ns: int = 1_000_000  # allocation/free calls closer than this are one burst
+    oncpu_ns: int = 1_000_000      # a serving thread's on-CPU span (slices merged) shorter than this stays
+    oncpu_gap_ns: int = 500_000    # on-CPU slices less than this apart are one span
+    blocked_ns: int = 2_000_000    # uninterruptible sleep (I/O, a kernel lock)
+    fault_gap_ns: int = 200_000    # page faults of a thread closer than this are one burst ...
+    fault_min: int = 32            # ... which counts when it has this many faults
+    fault_ns: int = 1_000_000      # ... and lasts this long
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -64,6 +70,9 @@ def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringb
     defines = (f"#define AT_RUNNABLE_NS {t.runnable_ns}ULL\n#define AT_SYSCALL_NS {t.syscall_ns}ULL\n"
                f"#define AT_CUDA_NS {t.cuda_ns}ULL\n#define AT_SEND_GAP_NS {t.send_gap_ns}ULL\n"
                f"#define AT_BLOCK_NS {t.block_ns}ULL\n#define AT_BURST_GAP_NS {t.burst_gap_ns}ULL\n"
+               f"#define AT_ONCPU_NS {t.oncpu_ns}ULL\n#define AT_ONCPU_GAP_NS {t.oncpu_gap_ns}ULL\n"
+               f"#define AT_BLOCKED_NS {t.blocked_ns}ULL\n#define AT_FAULT_GAP_NS {t.fault_gap_ns}ULL\n"
+               f"#define AT_FAULT_MIN {t.fault_min}ULL\n#define AT_FAULT_NS {t.fault_ns}ULL\n"
                f"#define AT_PORT {int(port)}\n"
                f"#define AT_RINGBUF_PAGES {ringbuf_pages}\n#define AT_COMM \"{check_comm(comm)}\"\n")
     stubs = "".join(

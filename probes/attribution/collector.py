@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,12 +13,14 @@ from typing import Any
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text
+from gpuslo.probes.attribution.samples import CudaSamples
 from gpuslo.probes.attribution.signals import IOCTL, SYSCALL_NAMES, WAIT_SYSCALLS, Interval
 from gpuslo.probes.ebpf.libraries import LibrarySet
 from gpuslo.probes.ebpf.preflight import preflight
 
 log = logging.getLogger(__name__)
-RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO = 1, 2, 3, 4, 5, 6
+RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE = range(1, 11)
+SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
 
 
 class Record(ctypes.Structure):
@@ -26,7 +29,7 @@ class Record(ctypes.Structure):
     _fields_ = [("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64), ("arg", ctypes.c_uint64),
                 ("pid", ctypes.c_uint32), ("tid", ctypes.c_uint32), ("other_pid", ctypes.c_uint32),
                 ("cpu", ctypes.c_uint32), ("kind", ctypes.c_uint32), ("pad", ctypes.c_uint32),
-                ("other_comm", ctypes.c_char * 16)]
+                ("other_comm", ctypes.c_char * 16), ("frames", ctypes.c_uint64 * 3)]
 
 
 def to_interval(r: Record) -> Interval | None:
@@ -39,7 +42,8 @@ def to_interval(r: Record) -> Interval | None:
         if r.arg in WAIT_SYSCALLS:
             return None
         name = SYSCALL_NAMES.get(r.arg, f"syscall {r.arg}")
-        return Interval("ioctl" if r.arg == IOCTL else "syscall", detail=name, **base)
+        kind = "ioctl" if r.arg == IOCTL else "send_blocked" if r.arg in SOCKET_SENDS else "syscall"
+        return Interval(kind, detail=name, **base)
     if r.kind == CUDA:
         return _cuda(r.arg & 0xFFFFFFFF, r.arg >> 32, base)
     if r.kind == SEND_GAP:
@@ -48,6 +52,12 @@ def to_interval(r: Record) -> Interval | None:
         return Interval("retransmit", detail=f"sport {r.arg >> 16} dport {r.arg & 0xFFFF}", **base)
     if r.kind == BLOCK_IO:
         return Interval("block_io", detail=f"{r.arg} bytes", **base)
+    if r.kind == ONCPU:
+        return Interval("oncpu", detail=f"{r.arg} slices", **base)
+    if r.kind == BLOCKED:
+        return Interval("blocked", detail="uninterruptible sleep", **base)
+    if r.kind == FAULTS:
+        return Interval("faults", detail=f"{r.arg} page faults", **base)
     return None
 
 
@@ -63,8 +73,11 @@ class Collector:
     """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close()."""
 
     def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                 keep_s: float = 120.0, comm: str = ""):
+                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0):
         self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
+        self.sample_hz = sample_hz
+        self.cuda_samples = CudaSamples(sample_hz, symbol=self._symbol)
+        self.sampling = False
         self.keep_ns = int(keep_s * 1e9)
         self.intervals: deque[Interval] = deque()
         self.attached: list[str] = []
@@ -91,10 +104,32 @@ class Collector:
                 self.attached.append(call.symbol)
             except Exception:  # noqa: BLE001 - a symbol this library lacks
                 log.warning("attribution probe: %s not found in %s", call.symbol, path)
+        if self.sample_hz > 0:
+            self._start_sampling()
         self._bpf[b"records"].open_ring_buffer(self._on_record)
 
+    def _start_sampling(self) -> None:
+        from bcc import PerfSWConfig, PerfType
+
+        try:
+            self._bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
+                                        fn_name=b"at_sample", sample_freq=int(self.sample_hz))
+            self.sampling = True
+        except Exception as exc:  # noqa: BLE001 - no perf events: on-CPU time in the driver counts as compute
+            log.warning("attribution probe: no on-CPU sampling (%s)", exc)
+
+    def _symbol(self, pid: int, ip: int) -> str:
+        try:
+            return str(self._bpf.sym(ip, pid, show_module=False, show_offset=False).decode(errors="replace"))
+        except Exception:  # noqa: BLE001 - a stripped library: the module alone
+            return ""
+
     def _on_record(self, _ctx: Any, data: Any, _size: int) -> None:
-        interval = to_interval(ctypes.cast(data, ctypes.POINTER(Record)).contents)
+        r = ctypes.cast(data, ctypes.POINTER(Record)).contents
+        if r.kind == SAMPLE:
+            self.cuda_samples.feed(r.start_ns, r.pid, r.tid, (r.arg, *r.frames))
+            return
+        interval = to_interval(r)
         if interval is not None:
             self._pending.append(interval)
 
@@ -113,7 +148,7 @@ class Collector:
 
     def poll(self, timeout_ms: int = 0) -> list[Interval]:
         self._bpf.ring_buffer_poll(timeout_ms)
-        new, self._pending = self._pending, []
+        new, self._pending = self._pending + self.cuda_samples.closed(), []
         self.intervals.extend(new)
         if self.intervals:
             horizon = self.intervals[-1].end_ns - self.keep_ns
@@ -129,7 +164,28 @@ class Collector:
                 interval = _cuda(b.func, b.calls, {"start_ns": b.start, "end_ns": b.end, "tid": int(key.value)})
                 if interval is not None:
                     found.append(interval)
+        t = self.thresholds
+        for key, f in self._bpf[b"fault_burst"].items():
+            if f.count >= t.fault_min and f.end - f.start >= t.fault_ns:
+                found.append(Interval("faults", int(f.start), int(f.end), 0, int(key.value),
+                                      f"{int(f.count)} page faults"))
         return found
+
+    def open_oncpu(self, now_ns: int | None = None) -> list[Interval]:
+        """The serving threads' on-CPU spans still open in the kernel map, the slice running now included."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        tgids = {int(k.value): int(v.value) for k, v in self._bpf[b"watched_tids"].items()}
+        running = {int(k.value): int(v.value) for k, v in self._bpf[b"switched_in"].items()}
+        found = []
+        for key, span in self._bpf[b"oncpu"].items():
+            tid = int(key.value)
+            start, end, count = int(span.start), int(span.end), int(span.count)
+            if tid in running and running[tid] <= end + self.thresholds.oncpu_gap_ns:
+                del running[tid]
+                end, count = now, count + 1
+            found.append(Interval("oncpu", start, end, tgids.get(tid, 0), tid, f"{count} slices (open)"))
+        found += [Interval("oncpu", since, now, tgids.get(tid, 0), tid, "running") for tid, since in running.items()]
+        return [i for i in found if i.end_ns - i.start_ns >= self.thresholds.oncpu_ns] + self.cuda_samples.open()
 
     def page_faults(self) -> dict[int, int]:
         table = self._bpf[b"faults"]

@@ -1,10 +1,12 @@
-/* Stall-attribution signals of the serving processes: runnable-but-not-running intervals (sched), long system
- * calls, socket send gaps (the server side of a token stream), blocking CUDA calls (uprobes), TCP retransmits on
- * the serving port, long block I/O, and page faults (counted in a map). Everything short is decided in the kernel:
+/* Stall-attribution signals of the serving processes: runnable-but-not-running intervals (sched), on-CPU time
+ * of the serving threads (slices merged in the kernel), uninterruptible sleeps, long system calls, socket send
+ * gaps (the server side of a token stream), blocking CUDA calls (uprobes), TCP retransmits on the serving port,
+ * long block I/O, and page faults (counted in a map, and merged into fault bursts). Everything short is decided in the kernel:
  * only intervals above the thresholds (#defines prepended by bpf.py) cross the ring buffer.
  * Only tracepoint fields (from the running kernel's format files) are read: no task_struct offsets, which the
  * generic kernel headers BCC compiles against would get wrong on another kernel. */
 #include <uapi/linux/ptrace.h>
+#include <uapi/linux/bpf_perf_event.h>
 
 #define AT_RUNNABLE 1
 #define AT_SYSCALL 2
@@ -12,11 +14,15 @@
 #define AT_SEND_GAP 4
 #define AT_RETRANSMIT 5
 #define AT_BLOCK_IO 6
+#define AT_ONCPU 7
+#define AT_BLOCKED 8
+#define AT_FAULTS 9
+#define AT_SAMPLE 10
 
 struct at_record {
     u64 start_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
     u64 end_ns;
-    u64 arg;        /* syscall nr, CUDA function id, bytes, or sport << 16 | dport */
+    u64 arg;        /* syscall nr, CUDA function id, bytes, sport << 16 | dport, slices or faults */
     u32 pid;        /* thread group of the serving process (0 where not known: retransmits, block I/O) */
     u32 tid;
     u32 other_pid;  /* the thread that ran on the CPU before this one got it back (AT_RUNNABLE) */
@@ -24,6 +30,7 @@ struct at_record {
     u32 kind;
     u32 pad;
     char other_comm[16];
+    u64 frames[3];  /* AT_SAMPLE: the next user frames (the top one is arg) */
 };
 
 struct at_start {
@@ -61,6 +68,18 @@ struct at_burst {
 BPF_HASH(bursts, u32, struct at_burst, 65536);
 BPF_HASH(io_start, u64, u64, 65536);          /* sector -> issue time */
 BPF_HASH(faults, u32, u64, 1024);             /* tgid -> user page faults */
+/* On-CPU time of the serving threads: slices less than AT_ONCPU_GAP_NS apart are merged into one span, which
+ * crosses the ring buffer when the next span starts, if it reached AT_ONCPU_NS. User space also reads the open
+ * spans and the slice running now (switched_in). Fault bursts are merged the same way (AT_FAULT_GAP_NS). */
+struct at_span {
+    u64 start;
+    u64 end;
+    u64 count;  /* slices or faults */
+};
+BPF_HASH(switched_in, u32, u64, 65536);
+BPF_HASH(oncpu, u32, struct at_span, 65536);
+BPF_HASH(dsleep, u32, u64, 65536);           /* tid -> when it went to uninterruptible sleep */
+BPF_HASH(fault_burst, u32, struct at_span, 65536);
 BPF_PERCPU_ARRAY(lost, u64, 1);
 
 static __always_inline void at_emit(u32 kind, u64 start, u64 end, u64 arg, u32 pid, u32 tid, u32 other,
@@ -84,6 +103,7 @@ static __always_inline void at_emit(u32 kind, u64 start, u64 end, u64 arg, u32 p
     r->kind = kind;
     r->pad = 0;
     __builtin_memset(r->other_comm, 0, sizeof(r->other_comm));
+    __builtin_memset(r->frames, 0, sizeof(r->frames));
     if (other_comm)
         bpf_probe_read_kernel(r->other_comm, sizeof(r->other_comm), other_comm);
     records.ringbuf_submit(r, 0);
@@ -140,19 +160,56 @@ TRACEPOINT_PROBE(sched, sched_wakeup_new)
     return 0;
 }
 
+/* A watched serving thread leaves the CPU: its slice joins the open on-CPU span (or closes it and opens one). */
+static __always_inline void at_oncpu_out(u32 prev, u32 tgid, u64 now)
+{
+    u64 *in = switched_in.lookup(&prev);
+    if (!in)
+        return;
+    u64 start = *in;
+    switched_in.delete(&prev);
+    struct at_span *span = oncpu.lookup(&prev);
+    if (span && start <= span->end + AT_ONCPU_GAP_NS) {
+        span->end = now;
+        span->count += 1;
+        return;
+    }
+    if (span && span->end - span->start >= AT_ONCPU_NS)
+        at_emit(AT_ONCPU, span->start, span->end, span->count, tgid, prev, 0, 0);
+    struct at_span fresh = {.start = start, .end = now, .count = 1};
+    oncpu.update(&prev, &fresh);
+}
+
 TRACEPOINT_PROBE(sched, sched_switch)
 {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
-    /* Preempted while running (no sleep-state bit): it is runnable from now on. */
-    if ((args->prev_state & 0xff) == 0 && watched_tids.lookup(&prev) && at_comm_is(args->prev_comm)) {
-        struct at_runnable r = {.ts = now, .other = next};
-        bpf_probe_read_kernel(r.comm, sizeof(r.comm), args->next_comm);
-        runnable_since.update(&prev, &r);
+    u32 *prev_tgid = watched_tids.lookup(&prev);
+    if (prev_tgid && at_comm_is(args->prev_comm)) {
+        u32 ptgid = *prev_tgid;
+        at_oncpu_out(prev, ptgid, now);
+        /* Preempted while running (no sleep-state bit): it is runnable from now on. */
+        if ((args->prev_state & 0xff) == 0) {
+            struct at_runnable r = {.ts = now, .other = next};
+            bpf_probe_read_kernel(r.comm, sizeof(r.comm), args->next_comm);
+            runnable_since.update(&prev, &r);
+        } else if (args->prev_state & 0x2) { /* TASK_UNINTERRUPTIBLE: I/O or another kernel wait */
+            dsleep.update(&prev, &now);
+        }
     }
     u32 *tgid = watched_tids.lookup(&next);
     if (!tgid)
         return 0;
+    if (at_comm_is(args->next_comm)) {
+        switched_in.update(&next, &now);
+        u64 *d = dsleep.lookup(&next);
+        if (d) {
+            u64 since = *d;
+            dsleep.delete(&next);
+            if (now - since >= AT_BLOCKED_NS)
+                at_emit(AT_BLOCKED, since, now, 0, *tgid, next, 0, 0);
+        }
+    }
     struct at_runnable *since = runnable_since.lookup(&next);
     if (!since)
         return 0;
@@ -209,6 +266,20 @@ TRACEPOINT_PROBE(exceptions, page_fault_user)
     u64 *n = faults.lookup_or_try_init(&tgid, &zero);
     if (n)
         __sync_fetch_and_add(n, 1);
+    if (!at_comm_self())
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u64 now = bpf_ktime_get_ns();
+    struct at_span *b = fault_burst.lookup(&tid);
+    if (b && now <= b->end + AT_FAULT_GAP_NS) {
+        b->end = now;
+        b->count += 1;
+        return 0;
+    }
+    if (b && b->count >= AT_FAULT_MIN && b->end - b->start >= AT_FAULT_NS)
+        at_emit(AT_FAULTS, b->start, b->end, b->count, tgid, tid, 0, 0);
+    struct at_span fresh = {.start = now, .end = now, .count = 1};
+    fault_burst.update(&tid, &fresh);
     return 0;
 }
 
@@ -280,5 +351,35 @@ static __always_inline int at_cuda_leave(u32 func, int is_alloc)
         at_emit(AT_CUDA, b->start, b->end, ((u64)b->calls << 32) | b->func, id >> 32, tid, 0, 0);
     struct at_burst fresh = {.start = start, .end = now, .func = func, .calls = 1};
     bursts.update(&tid, &fresh);
+    return 0;
+}
+
+/* On-CPU samples of the serving threads (a software cpu-clock perf event): the top user-space frames, so user
+ * space can tell time spent inside the CUDA libraries (spinning in a launch or a wait, maybe in the vDSO's clock
+ * under it) from the thread's own work. */
+int at_sample(struct bpf_perf_event_data *ctx)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    u32 *tgid = watched_tids.lookup(&tid);
+    if (!tgid || !at_comm_self())
+        return 0;
+    u64 stack[4] = {};
+    if (bpf_get_stack(ctx, stack, sizeof(stack), BPF_F_USER_STACK) <= 0)
+        return 0;
+    struct at_record *r = records.ringbuf_reserve(sizeof(struct at_record));
+    if (!r)
+        return 0;
+    __builtin_memset(r, 0, sizeof(*r));
+    r->start_ns = r->end_ns = bpf_ktime_get_ns();
+    r->arg = stack[0];
+    r->frames[0] = stack[1];
+    r->frames[1] = stack[2];
+    r->frames[2] = stack[3];
+    r->pid = *tgid;
+    r->tid = tid;
+    r->cpu = bpf_get_smp_processor_id();
+    r->kind = AT_SAMPLE;
+    records.ringbuf_submit(r, 0);
     return 0;
 }

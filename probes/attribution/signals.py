@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Layers a stall's time is split across, in the order they are shown.
-NETWORK, SCHEDULER, KERNEL, DRIVER, GPU = "network", "scheduler", "kernel", "driver", "gpu"
+# Layers a stall's time is split across, in the order they are shown. `compute` is the serving threads' own
+# on-CPU work (between two tokens the engine thread computes the next one): time no other layer took from it.
+NETWORK, SCHEDULER, KERNEL, DRIVER, GPU, COMPUTE = "network", "scheduler", "kernel", "driver", "gpu", "compute"
 
 # System calls that are waits the thread chose (a lock, a poll loop, a sleep, an idle socket read): their
 # length says nothing about the kernel, so they are never a kernel share.
@@ -21,7 +22,8 @@ SYSCALL_NAMES = {0: "read", 1: "write", 9: "mmap", 11: "munmap", 16: "ioctl", 17
 class Interval:
     """Something a serving thread spent time in (or the server's own gap between two sends)."""
 
-    kind: str          # runnable, syscall, ioctl, cuda_alloc, cuda_wait, send_gap, block_io, retransmit
+    kind: str          # runnable, syscall, ioctl, cuda_alloc, cuda_wait, send_gap, send_blocked, block_io,
+    #                    retransmit, oncpu, blocked (uninterruptible sleep), faults (a page-fault burst)
     start_ns: int      # CLOCK_MONOTONIC
     end_ns: int
     pid: int = 0

@@ -38,6 +38,7 @@ class StreamSummary:
     itl_p50_ms: float | None
     itl_p99_ms: float | None
     itl_max_ms: float | None
+    itl_max_at_ms: float | None  # when the worst gap ended, in ms after the request started
     gaps_ms: tuple[float, ...]
     stalls: tuple[Stall, ...]
 
@@ -88,6 +89,7 @@ def summarize(start_ns: int, token_ns: Sequence[int], stall_threshold_ms: float 
         itl_p50_ms=round(quantile(gaps_ms, 0.5), 3) if gaps_ms else None,
         itl_p99_ms=round(quantile(gaps_ms, 0.99), 3) if gaps_ms else None,
         itl_max_ms=max(gaps_ms) if gaps_ms else None,
+        itl_max_at_ms=_ms(token_ns[gaps_ms.index(max(gaps_ms)) + 1] - start_ns) if gaps_ms else None,
         gaps_ms=gaps_ms,
         stalls=stalls,
     )
@@ -131,7 +133,8 @@ def request_events(ctx: EventContext, summary: StreamSummary, *, request_id: str
     (timed at the token that ended it)."""
     attrs = {"endpoint": ctx.endpoint, "model": ctx.model, "ttft_ms": summary.ttft_ms,
              "itl_p50_ms": summary.itl_p50_ms, "itl_p99_ms": summary.itl_p99_ms,
-             "itl_max_ms": summary.itl_max_ms, "tokens": summary.tokens, "stalls": len(summary.stalls),
+             "itl_max_ms": summary.itl_max_ms, "itl_max_at_ms": summary.itl_max_at_ms, "tokens": summary.tokens,
+             "stalls": len(summary.stalls),
              "requests": 1, "error": error[:_ERROR_MAX] if error else None}
     events = [_event(ctx, "token_latency", wall_time(start_wall_ns), attrs)]
     for stall in summary.stalls:

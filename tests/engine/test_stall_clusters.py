@@ -19,7 +19,7 @@ from gpuslo.engine.stall_clusters import assign, cluster, features, name_of
 
 RECORDING = Path(__file__).resolve().parents[2] / "examples" / "incidents" / "h200-stall-attribution.jsonl"
 PHASE_CLUSTER = {"cpu": "cpu-starvation", "kernel": "kernel-io", "network": "network-delay",
-                 "alloc": "allocator-flush"}
+                 "alloc": "allocator-flush", "gpu": "gpu-busy"}  # gpu: a side stream of the serving process
 
 
 def _events():
@@ -30,11 +30,14 @@ def test_clusters_match_the_injected_phases():
     events = _events()
     result = cluster(events)
     assert [(c.id, c.count) for c in result.clusters] == [
-        ("cpu-starvation", 29), ("kernel-io", 20), ("network-delay", 14), ("allocator-flush", 26)]
+        ("cpu-starvation", 25), ("gpu-busy", 19), ("kernel-io", 18), ("network-delay", 10), ("allocator-flush", 17),
+        ("noise", 1)]
     assert abs(sum(c.time_share for c in result.clusters) - 1) < 1e-3
     pairs = Counter((e.labels["injected"], result.labels[e.id]) for e in events if e.id in result.labels)
-    assert all(PHASE_CLUSTER[phase] == cid for phase, cid in pairs)  # each phase lands in its own cluster only
-    assert len(result.points) == 89
+    # each phase lands in its own cluster only (one short stall of the gpu phase is DBSCAN's noise)
+    assert all(PHASE_CLUSTER[phase] == cid for phase, cid in pairs if cid != "noise")
+    assert pairs[("gpu", "noise")] == 1 and sum(pairs.values()) == 90
+    assert len(result.points) == 90
 
 
 def test_ids_are_stable_across_runs_and_input_order():
@@ -48,7 +51,7 @@ def test_ids_are_stable_across_runs_and_input_order():
 
 
 def test_names_follow_the_dominant_features():
-    base = {f"{s}_share": 0.0 for s in ("network", "scheduler", "kernel", "driver", "gpu", "unattributed")}
+    base = {f"{s}_share": 0.0 for s in ("network", "scheduler", "kernel", "driver", "gpu", "compute", "unattributed")}
     extra = {"sm_active": 0.0, "dram_bw": 0.0, "other_sm_share": 0.0, "fragmentation_ratio": 0.0,
              "alloc_retries": 0.0}
     assert name_of({**base, **extra, "gpu_share": 0.9, "other_sm_share": 0.95})[0] == "gpu-contention"
@@ -79,7 +82,7 @@ def test_cli_prints_and_saves_the_clusters(tmp_path):
     out = tmp_path / "model.json"
     result = CliRunner().invoke(main, ["stalls", "cluster", "--events", str(RECORDING), "--model-out", str(out)])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == "89 attributed stalls in 4 clusters"
+    assert result.output.splitlines()[0] == "90 attributed stalls in 6 clusters"
     assert "cpu-starvation" in result.output and "CPU starvation of the engine thread" in result.output
     assert [c["id"] for c in json.loads(out.read_text())["clusters"]][0] == "cpu-starvation"
     bad = tmp_path / "bad.jsonl"

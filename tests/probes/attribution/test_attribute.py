@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from gpuslo.engine.errors import ProbeError
-from gpuslo.engine.events import parse_event
+from gpuslo.engine.events import format_time, parse_event
 from gpuslo.probes.attribution import attribute
-from gpuslo.probes.attribution.agent_probe import AttributionConfig
+from gpuslo.probes.attribution.agent_probe import AttributionConfig, AttributionProbe
 from gpuslo.probes.attribution.clock import Alignment, ClockOffset, measure, remeasure
 from gpuslo.probes.attribution.signals import GpuSample, Interval
 from gpuslo.probes.attribution.spans import intersect, length, subtract, union
+from gpuslo.probes.tokens.measure import summarize
 
 MS = 1_000_000
 
@@ -35,7 +38,7 @@ def test_a_stall_split_by_priority_with_evidence():
     samples = [GpuSample(int(t * MS), 0, 97.0, 0.99, 0.5, 0.4, ((1244, 90.0), (5, 8.0))) for t in (100, 200, 300)]
     a = attribute(0, 400 * MS, signals, samples, own_pids=[5])
     assert dict(a.shares_ms) == {"network": 20.0, "scheduler": 100.0, "kernel": 100.0, "driver": 50.0,
-                                 "gpu": 110.0}
+                                 "gpu": 110.0, "compute": 0.0}
     assert a.unattributed_ms == pytest.approx(20.0) and a.dominant == "gpu" and a.coverage == 0.95
     attrs = a.attrs()
     assert attrs["attribution.scheduler_ms"] == 100.0 and attrs["attribution.other_pid"] == 1244.0
@@ -87,3 +90,26 @@ def test_options():
     assert AttributionConfig.parse("pid=12+34,port=8000,comm=gs-engine,hz=50,lib=/a/libcuda.so.1,nvml=0") == \
         AttributionConfig(pids=(12, 34), port=8000, hz=50.0, libraries=("/a/libcuda.so.1",), nvml=False,
                           comm="gs-engine")
+
+
+def test_a_requests_worst_gap_is_windowed_from_its_token_latency():
+    """The tokens probe says when a request's worst gap ended (itl_max_at_ms after its start); the probe's window
+    for the token_latency is that gap, on the same clock as a token_stall ending at the same token."""
+
+    start = 1_000_000_000
+    tokens = [start + 50_000_000 * k for k in range(1, 5)] + [start + 600_000_000, start + 650_000_000]
+    summary = summarize(start, tokens, 200.0)
+    assert summary.itl_max_ms == 400.0 and summary.itl_max_at_ms == 600.0
+    probe = AttributionProbe(AttributionConfig(), "node-1")
+    probe.alignment = Alignment(ClockOffset(offset_ns=1_700_000_000_000_000_000, error_ns=50, at_ns=0))
+    began = datetime(2026, 1, 1, tzinfo=UTC)
+    latency = parse_event({"id": "l-1", "kind": "token_latency", "time": format_time(began), "host": "node-1",
+                           "attrs": {"itl_max_ms": 400.0, "itl_max_at_ms": 600.0, "tokens": 6}})
+    stall = parse_event({"id": "s-1", "kind": "token_stall", "time": format_time(began + timedelta(milliseconds=600)),
+                         "host": "node-1", "attrs": {"gap_ms": 400.0}})
+    assert probe.attributable(latency) and probe.attributable(stall)
+    assert probe.window(latency) == probe.window(stall)
+    assert probe.window(latency)[1] - probe.window(latency)[0] == 400_000_000
+    no_gap = parse_event({"id": "l-2", "kind": "token_latency", "time": format_time(began), "host": "node-1",
+                          "attrs": {"tokens": 1}})
+    assert not probe.attributable(no_gap) and probe.enrich(no_gap) == no_gap

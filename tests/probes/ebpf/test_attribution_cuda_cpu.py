@@ -1,0 +1,88 @@
+"""On-CPU sampling (a real cpu-clock perf event and the real BPF program): time a serving thread spends on a CPU
+inside a library named libcuda.so.1 becomes a `cuda_cpu` span, which the split gives to the GPU while the device
+was busy and to the driver when it was not; the thread's own work around it stays compute."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+from ebpf_support import requires_bpf
+
+from gpuslo.probes.attribution.attribute import attribute
+from gpuslo.probes.attribution.collector import Collector
+from gpuslo.probes.attribution.signals import GpuSample
+from gpuslo.probes.ebpf.libraries import LibrarySet
+
+SPIN_C = r"""
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+void cuLaunchKernel_spin(double seconds) { double t = now(); while (now() - t < seconds) ; }
+"""
+CHILD = r"""
+import ctypes, sys, time
+ctypes.CDLL(None).prctl(15, b"gs-engine", 0, 0, 0)
+lib = ctypes.CDLL(sys.argv[1])
+lib.cuLaunchKernel_spin.argtypes = [ctypes.c_double]
+print("ready", flush=True); sys.stdin.readline()
+t = time.monotonic()
+while time.monotonic() - t < 0.1: pass          # its own work
+a = time.monotonic_ns()
+lib.cuLaunchKernel_spin(0.4)                    # on CPU inside "libcuda"
+b = time.monotonic_ns()
+t = time.monotonic()
+while time.monotonic() - t < 0.1: pass
+print(a, b, flush=True)
+"""
+
+
+@requires_bpf
+def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fake_build):
+    source = tmp_path / "spin.c"
+    source.write_text(SPIN_C)
+    lib = tmp_path / "libcuda.so.1"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(lib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline() == "ready\n"
+    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
+    collector.start()
+    try:
+        collector.watch(child.pid)
+        assert collector.sampling
+        found: list = []
+        done = threading.Event()
+        # as the agent does: the ring buffer is read every 0.1 s, while the process (and its maps) is there
+        poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
+        started = time.monotonic_ns()
+        poller.start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        a, b = map(int, child.stdout.readline().split())
+        ended = time.monotonic_ns()
+        time.sleep(0.2)
+        done.set()
+        poller.join(5)
+        found += collector.open_oncpu()
+        child.wait(10)
+        child.stdin.close()
+        child.stdout.close()
+    finally:
+        collector.close()
+    spans = [i for i in found if i.kind == "cuda_cpu" and i.pid == child.pid]
+    inside = sum(min(i.end_ns, b) - max(i.start_ns, a) for i in spans if i.end_ns > a and i.start_ns < b) / 1e6
+    # 400 ms spun inside the library; on this shared machine (load 10 on 2 CPUs) most of it the thread can wait
+    # for a CPU (runnable, no sample): at least one 5 ms sample period
+    assert inside >= 5, [(i.duration_ms, i.detail) for i in spans]
+    assert all("libcuda.so.1" in i.detail for i in spans)
+    assert collector.cuda_samples.in_cuda < collector.cuda_samples.samples  # its own work was sampled too
+    busy = [GpuSample(t, 0, 99.0, 0.99) for t in range(started, ended, 50_000_000)]
+    idle = [GpuSample(t, 0, 0.0, 0.0) for t in range(started, ended, 50_000_000)]
+    on_busy = attribute(a - 50_000_000, b + 50_000_000, found, busy, server_observed=False)
+    on_idle = attribute(a - 50_000_000, b + 50_000_000, found, idle, server_observed=False)
+    report = (dict(on_busy.shares_ms), dict(on_idle.shares_ms), dict(on_busy.evidence))
+    assert on_busy.shares_ms["gpu"] >= 5 and on_busy.shares_ms["driver"] == 0, report
+    assert on_idle.shares_ms["driver"] == on_busy.shares_ms["gpu"] and on_idle.shares_ms["gpu"] == 0, report
+    assert on_busy.shares_ms["compute"] > 0 and "inside the CUDA driver" in on_busy.evidence["gpu"], report
