@@ -105,3 +105,36 @@ def test_figures_equal_a_recount_from_the_minute_buckets(database, sli, seed, sp
         slow = figures.as_mapping(figures.recount(session, [sli]))
     assert fast == slow
     assert fast == figures.as_mapping(_brute(written, sli, newest))
+
+
+def test_the_migration_rolls_stored_hours_up_into_days(database):
+    """Downgrade below the day roll-up, store hours only, upgrade: the days hold the same sums, figures equal
+    the recount."""
+    from alembic import command
+    from alembic.config import Config
+
+    from gpuslo.engine.store.db import migrations_folder
+
+    config = Config()
+    config.set_main_option("script_location", migrations_folder())
+    with database.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0006_fleet")
+    rng = random.Random(3)
+    written = {}
+    newest = M2026 + 40 * 1440 + 17
+    with database.engine.begin() as connection:
+        for minute in sorted({newest - rng.randint(0, 35 * 1440) for _ in range(200)} | {newest}):
+            good, total = rng.randint(0, 3), 4
+            written["endpoint=/a", minute] = [good, total]
+            connection.exec_driver_sql(
+                "INSERT INTO slo_buckets (slo_id, group_key, minute, good, total, attributed) "
+                f"VALUES ('itl', 'endpoint=/a', {minute}, {good}, {total}, 0)")
+            connection.exec_driver_sql(
+                "INSERT INTO slo_hours (slo_id, group_key, hour, good, total, attributed) "
+                f"VALUES ('itl', 'endpoint=/a', {minute // 60}, {good}, {total}, 0) ON CONFLICT (slo_id, group_key, "
+                f"hour) DO UPDATE SET good = slo_hours.good + {good}, total = slo_hours.total + {total}")
+    database.upgrade()
+    with database.session(readonly=True) as session:
+        assert figures.as_mapping(figures.figures(session, [ROLLING])) == figures.as_mapping(
+            _brute(written, ROLLING, newest))
