@@ -97,7 +97,7 @@ def stored_buckets(session: Session, sli: Sli) -> Iterable[tuple[str, int, int, 
     first = newest - int(sli.retention_s()) // BUCKET_S
     rows = session.execute(select(_B.group_key, _B.minute, _B.good, _B.total)
                            .where(_B.slo_id == sli.slo_id, _B.minute >= first))
-    return [tuple(row) for row in rows]  # type: ignore[misc]
+    return [tuple(row) for row in rows]
 
 
 def prune(session: Session, slis: Sequence[Sli], now: datetime) -> int:
