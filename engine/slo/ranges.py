@@ -1,8 +1,8 @@
 """A range of minutes as a few signed pieces of the minute, hour and day tables, so that reading any lookback
 costs a bounded number of rows per group however many minutes it spans.
 
-Each edge snaps to the nearest whole coarser unit: a range starting at 10:50 reads the hour 10:00 (one row) minus
-the minutes 10:00–10:49 (ten rows... or the 10 minutes 10:50–10:59 when nearer). The newest edge of a lookback
+Each edge snaps to the nearest whole coarser unit: a range starting at 10:10 reads the hour 10:00 (one row) minus
+the ten minutes 10:00–10:09; one starting at 10:50 reads the ten minutes 10:50–10:59. The newest edge of a lookback
 snaps up (`open_end`): nothing is stored after the newest minute, so the subtracted future minutes cost nothing.
 A 28-day window then reads at most 30 minutes + 12 hours + 28 days + 1 day per group. Pieces are canonical:
 ranges ending at the same minute share their newest pieces. Integer sums keep the figures exact.
