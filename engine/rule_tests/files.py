@@ -24,7 +24,7 @@ from gpuslo.engine.units import parse_duration
 
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)  # `at: 0s`; fixed so failures read the same on every run
 _TOP = ("rulebook", "defaults", "tests")
-_CASE = ("name", "events", "until", "expect", "not_expect")
+_CASE = ("name", "events", "until", "expect", "not_expect", "slos")
 _EXPECT = ("rule", "group", "summary_contains", "conditions", "evidence_count")
 _ENVELOPE = ("id", "kind", "host", "gpu", "gpu_uuid", "pid", "job", "rank", "labels", "source", "attrs", "message")
 
@@ -52,6 +52,7 @@ class RuleTestCase:
     not_expect: tuple[str, ...]
     silent: bool
     until_s: float | None = None  # the clock after the last event, for absence rules (seconds after the start)
+    slos: bool = False  # also count the rulebook's SLIs, so their burn alerts can be expected (`slos: true`)
 
 
 @dataclass(frozen=True)
@@ -195,11 +196,14 @@ class _Reader:
             not_expect_obj = []
         not_expect = [self.rule_id((*path, "not_expect", j), r) for j, r in enumerate(not_expect_obj)]
         until = self.at((*path, "until"), fields["until"]) if "until" in fields else None
+        slos = fields.get("slos", False)
+        if not isinstance(slos, bool):
+            self.problem((*path, "slos"), f"'slos' must be true or false, got {slos!r}")
         if name is None or None in events or None in expect or None in not_expect:
             return None
         return RuleTestCase(name, self.doc.at(path), tuple(e for e in events if e),
                             tuple(e for e in expect if e), tuple(r for r in not_expect if r),
-                            silent="expect" in fields and not expect_obj, until_s=until)
+                            silent="expect" in fields and not expect_obj, until_s=until, slos=slos is True)
 
 
 def parse_test_text(text: str, path: Path, rule_ids: Collection[str] | None = None) -> RuleTestFile:

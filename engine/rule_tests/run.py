@@ -159,12 +159,12 @@ def check_case(case: RuleTestCase, got: Sequence[Match]) -> tuple[str, ...]:
 
 def run_case(rulebook: Rulebook, case: RuleTestCase, *, lateness_s: float = 60.0) -> CaseResult:
     """Evaluate the case's events, in file order, with a fresh evaluator loaded with this one rulebook's rules
-    (its SLIs' burn alerts are not part of rule tests).
+    (its SLIs' burn alerts only when the case says `slos: true`).
 
     The clock (clock.RULE_TESTS) follows event time: before each event it ticks to that event's time (so a
     silence that one late event ends still counts for absence rules), and at the end to `until` when the case
     gives it."""
-    evaluator = RuleEvaluator(lateness_s=lateness_s, measure_slos=False, clock=RULE_TESTS)  # tests/slo test SLIs
+    evaluator = RuleEvaluator(lateness_s=lateness_s, measure_slos=case.slos, clock=RULE_TESTS)  # `slos: true`
     evaluator.load([rulebook])
     feed = Feed(evaluator, RULE_TESTS)
     got: list[Match] = []
@@ -183,7 +183,9 @@ def load_pair(test_path: Path, overrides_dir: Path | None = None) -> tuple[Ruleb
     except RulebookError as exc:
         note = RulebookProblem(Location(str(test_path)), f"its rulebook {rulebook_path} does not load")
         raise RulebookError([note, *exc.problems]) from exc
-    return rulebook, load_test_file(test_path, {r.id for r in rulebook.rules} | set(rulebook.disabled))
+    burn = {slo.indicator.alert_rule_id(a) for slo in rulebook.slos.values() if slo.indicator
+            for a in slo.indicator.policy}
+    return rulebook, load_test_file(test_path, {r.id for r in rulebook.rules} | set(rulebook.disabled) | burn)
 
 
 def run_test_file(test_path: Path, *, lateness_s: float = 60.0, overrides_dir: Path | None = None) -> FileResult:

@@ -20,7 +20,7 @@ from gpuslo.engine.slo.counter import BadRequest, SliBatch
 from gpuslo.engine.slo.model import BUCKET_S, Sli
 from gpuslo.engine.slo.store import record_sli
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.models import EventRow, SloBucketRow, SloCauseRow, SloHourRow
+from gpuslo.engine.store.models import EventRow, SloBucketRow, SloCauseRow, SloDayRow, SloHourRow
 
 _CHUNK = 5000  # events read and recorded at a time, inside the one transaction
 
@@ -45,8 +45,9 @@ def backfill(database: Database, slis: Sequence[Sli], *, now: datetime,
         burn = [sli.alert_rule_id(a) for a in sli.policy]
         with database.session() as session:
             if database.dialect == "postgresql":
-                session.execute(text("LOCK TABLE slo_buckets, slo_hours, slo_causes IN SHARE ROW EXCLUSIVE MODE"))
-            for table in (SloBucketRow, SloHourRow, SloCauseRow):
+                session.execute(text("LOCK TABLE slo_buckets, slo_hours, slo_days, slo_causes "
+                                     "IN SHARE ROW EXCLUSIVE MODE"))
+            for table in (SloBucketRow, SloHourRow, SloDayRow, SloCauseRow):
                 session.execute(delete(table).where(table.__table__.c.slo_id == sli.slo_id))
             last_time, last_id = now - timedelta(seconds=sli.retention_s()), ""
             while True:

@@ -70,12 +70,13 @@ def window_start_minute(sli: Sli, now_minute: int) -> int:
 
 
 class _Group:
-    __slots__ = ("firing", "group", "key", "last", "ring")
+    __slots__ = ("firing", "group", "key", "last", "last_s", "ring")
 
     def __init__(self, key: str, group: dict[str, Any], ring: GroupRing):
         self.key, self.group, self.ring = key, group, ring
         self.firing: set[str] = set()
         self.last: Event | None = None
+        self.last_s = float("-inf")  # the last event's timestamp (Event.timestamp is a locked cached_property)
 
 
 class _Tracked:
@@ -205,10 +206,13 @@ class SloCounter:
                 continue
             moved = minute > group.ring.now
             group.ring.add(minute, 1 if good else 0, 1)
-            if group.last is None or timestamp >= group.last.timestamp:
-                group.last = event
-            if not good or moved or group.firing:  # otherwise every ratio only fell: nothing can start firing
-                matches += self._evaluate(tracked, group, event, clears)
+            if timestamp >= group.last_s:
+                group.last, group.last_s = event, timestamp
+            # A good request in the same minute only lowers every ratio: nothing can start firing, and only a
+            # firing alert can clear.
+            can_start = not good or moved
+            if can_start or group.firing:
+                matches += self._evaluate(tracked, group, event, clears, can_start)
         return matches
 
     def catch_up(self, watermark: float, clears: list[Clear]) -> list[Match]:
@@ -222,12 +226,15 @@ class SloCounter:
                     matches += self._evaluate(tracked, group, group.last, clears)
         return matches
 
-    def _evaluate(self, tracked: _Tracked, group: _Group, event: Event, clears: list[Clear]) -> list[Match]:
+    def _evaluate(self, tracked: _Tracked, group: _Group, event: Event, clears: list[Clear],
+                  can_start: bool = True) -> list[Match]:
         """Start or clear each burn alert of the group; the explanation is built only when one starts."""
         matches = []
         ring, target = group.ring, tracked.sli.target
         for alert, pairs in tracked.pairs:
             if alert.name not in group.firing:
+                if not can_start:
+                    continue
                 for rate, long_i, short_i in pairs:
                     if burn_rate(*ring.lookback(long_i), target) >= rate:
                         if burn_rate(*ring.lookback(short_i), target) >= rate:

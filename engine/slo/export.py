@@ -67,7 +67,7 @@ def prometheus_rules(slis: Sequence[Sli]) -> str:
     for sli in slis:
         groups.append({"name": f"gpuslo-slo-{sli.slo_id}-sli", "rules": _recording(sli)})
         groups.append({"name": f"gpuslo-slo-{sli.slo_id}-alerts", "rules": _alerts(sli)})
-    return yaml.safe_dump({"groups": groups}, sort_keys=False, width=120)
+    return str(yaml.safe_dump({"groups": groups}, sort_keys=False, width=120))
 
 
 def _query(sli: Sli, good: bool | None) -> dict[str, Any]:
@@ -112,4 +112,4 @@ def openslo_documents(slis: Sequence[Sli]) -> str:
                                                                 "alertAfter": _window(p.short_s)}}}
                                         for i, p in enumerate(alert.pairs)],
                          "notificationTargets": []}})
-    return yaml.safe_dump_all(docs, sort_keys=False, width=120)
+    return str(yaml.safe_dump_all(docs, sort_keys=False, width=120))

@@ -1,8 +1,8 @@
 """What the API, UI and /metrics show of each SLO group: window totals, budget, burn rates, causes.
 
 Figures are as of the SLO's newest counted minute (the stream's clock, so a replayed incident reads as it
-happened). A lookback of W sums the minutes m − W + 1 … m, the same buckets the engine's burn alerts sum;
-windows longer than 1 h read whole hours from slo_hours and only their two partial hours from slo_buckets.
+happened). A lookback of W sums the minutes m − W + 1 … m, the same buckets the engine's burn alerts sum, read
+as whole days, whole hours and the edge minutes (engine/slo/ranges.py): a bounded number of rows per group.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.slo.counter import _parse_key, window_start_minute
+from gpuslo.engine.slo.figures import figures
 from gpuslo.engine.slo.maths import budget_remaining, burn_rate, exhaustion_s
 from gpuslo.engine.slo.model import BUCKET_S, LOOKBACKS, Sli
 from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloHourRow, ViolationRow
 
 _B, _H, _C, _V = (SloBucketRow.__table__.c, SloHourRow.__table__.c, SloCauseRow.__table__.c,
                   ViolationRow.__table__.c)
-_RECENT_M = 60  # lookbacks up to 1 h are summed from minutes alone; longer ones from hours and two partial hours
 
 
 def slo_group_id(slo_id: str, key: str) -> str:
@@ -96,98 +96,20 @@ class SloGroup:
         return out
 
 
-def _ranges(sli: Sli, now: int) -> dict[str, int]:
-    """First minute of each lookback and of the budget window, as of minute `now`."""
-    firsts = {name: now - seconds // BUCKET_S + 1 for name, seconds in LOOKBACKS}
-    firsts["window"] = window_start_minute(sli, now)
-    return firsts
-
-
-def _banded(session: Session, columns: Any, unit: Any, sli: Sli, lower: int, upper: int,
-            thresholds: list[int]) -> dict[str, list[list[int]]]:
-    """group key → per band [good, total, attributed] of the rows lower <= unit < upper, band i holding
-    thresholds[i] <= unit < thresholds[i - 1] (thresholds descending): one CASE per row, not one per lookback."""
-    band = case(*((unit >= t, i) for i, t in enumerate(thresholds)), else_=len(thresholds)).label("band")
-    rows = session.execute(select(columns.group_key, band, func.sum(columns.good), func.sum(columns.total),
-                                  func.sum(columns.attributed))
-                           .where(columns.slo_id == sli.slo_id, unit >= lower, unit < upper)
-                           .group_by(columns.group_key, band))
-    found: dict[str, list[list[int]]] = {}
-    for key, index, good, total, attributed in rows:
-        bands = found.setdefault(key, [[0, 0, 0] for _ in range(len(thresholds) + 1)])
-        bands[index] = [int(good), int(total), int(attributed)]
-    return found
-
-
-def _since(bands: list[list[int]], thresholds: list[int], first: int) -> list[int]:
-    """The sum of the bands at or above `first` (a threshold)."""
-    out = [0, 0, 0]
-    for threshold, counts in zip(thresholds, bands, strict=False):
-        if threshold < first:
-            break
-        for j in range(3):
-            out[j] += counts[j]
-    return out
-
-
-def _figures(session: Session, sli: Sli, now: int) -> dict[str, dict[str, list[int]]]:
-    """group key → range name → [good, total, attributed] as of minute `now`."""
-    firsts = _ranges(sli, now)
-    short = {n: f for n, f in firsts.items() if now - f < _RECENT_M}
-    long = {n: f for n, f in firsts.items() if now - f >= _RECENT_M}
-    tail = (now + 1) // 60 * 60  # the first minute of the hour `now` is in, when that hour is not complete
-    found: dict[str, dict[str, list[int]]] = {}
-    # Minutes of the last 6 h: the short lookbacks whole, and the trailing partial hour of the long ones.
-    marks = sorted({*short.values(), tail}, reverse=True)
-    for key, bands in _banded(session, _B, _B.minute, sli, now - _RECENT_M + 1, now + 1, marks).items():
-        sums = found.setdefault(key, {})
-        for name, first in short.items():
-            sums[name] = _since(bands, marks, first)
-        for name in long:
-            sums[name] = _since(bands, marks, tail)
-    if not long:
-        return found
-    # Whole hours [ceil(first / 60), tail / 60), nested for the long lookbacks: one banded pass over slo_hours.
-    # A sum per head (GROUP BY group_key alone streams along the covering index: no sort).
-    heads = {name: -(-first // 60) for name, first in long.items()}
-    cols = [func.sum(case((_H.hour >= head, _H[c]), else_=0)) for head in heads.values()
-            for c in ("good", "total", "attributed")]
-    for key, *values in session.execute(select(_H.group_key, *cols).where(
-            _H.slo_id == sli.slo_id, _H.hour >= min(heads.values()), _H.hour < tail // 60).group_by(_H.group_key)):
-        sums = found.setdefault(key, {})
-        for i, name in enumerate(heads):
-            part = [int(v) for v in values[3 * i:3 * i + 3]]
-            sums[name] = [a + b for a, b in zip(sums.get(name, [0, 0, 0]), part, strict=True)]
-    # The leading partial hour of each long lookback: minutes [first, ceil(first / 60) * 60), each under an hour.
-    for name, first in long.items():
-        if first % 60 == 0:
-            continue
-        rows = session.execute(select(_B.group_key, func.sum(_B.good), func.sum(_B.total), func.sum(_B.attributed))
-                               .where(_B.slo_id == sli.slo_id, _B.minute >= first, _B.minute < heads[name] * 60)
-                               .group_by(_B.group_key))
-        for key, good, total, attributed in rows:
-            sums = found.setdefault(key, {})
-            sums[name] = [a + int(b) for a, b in zip(sums.get(name, [0, 0, 0]), (good, total, attributed),
-                                                     strict=True)]
-    return found
-
-
-def newest_minute(session: Session, slo_id: str) -> int | None:
-    return session.execute(select(func.max(_B.minute)).where(_B.slo_id == slo_id)).scalar()
-
-
 def slo_groups(session: Session, slis: Sequence[Sli]) -> list[SloGroup]:
     """Every group of every SLI, in SLI then group key order."""
     groups = []
+    found = figures(session, slis)
     for sli in slis:
-        now = newest_minute(session, sli.slo_id)
-        if now is None:
+        if sli.slo_id not in found:
             continue
-        for key, sums in sorted(_figures(session, sli, now).items()):
+        now, sums_by_key = found[sli.slo_id]
+        for key, sums in sorted(sums_by_key.items()):
             window = sums.get("window", [0, 0, 0])
             groups.append(SloGroup(slo_group_id(sli.slo_id, key), sli, key, _parse_key(key, sli.group_by), now,
                                    window[0], window[1], window[2],
-                                   {name: tuple(sums.get(name, [0, 0])[:2]) for name, _ in LOOKBACKS})) # type: ignore[misc]
+                                   {name: (sums.get(name, [0, 0])[0], sums.get(name, [0, 0])[1])
+                                    for name, _ in LOOKBACKS}))
     return groups
 
 

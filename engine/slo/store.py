@@ -1,4 +1,4 @@
-"""The SLI tables' writes: one batch's bucket deltas (minutes and hours) and the bad requests' causes, in the
+"""The SLI tables' writes: one batch's bucket deltas (minutes, hours and days) and the bad requests' causes, in the
 engine's batch transaction; the seed that reloads a window into the counter; retention."""
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from sqlalchemy.orm import Session
 from gpuslo.engine.slo.attribution import OpenViolation, covers
 from gpuslo.engine.slo.counter import SliBatch
 from gpuslo.engine.slo.model import BUCKET_S, Sli
-from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloHourRow, ViolationRow
+from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloDayRow, SloHourRow, ViolationRow
 from gpuslo.engine.store.rows import chunks
 
-_B, _H, _C, _V = (SloBucketRow.__table__.c, SloHourRow.__table__.c, SloCauseRow.__table__.c,
-                  ViolationRow.__table__.c)
+_B, _H, _D, _C, _V = (SloBucketRow.__table__.c, SloHourRow.__table__.c, SloDayRow.__table__.c,
+                      SloCauseRow.__table__.c, ViolationRow.__table__.c)
+_COUNTS = ("good", "total", "attributed")
+# The roll-ups written beside the minutes in the same upsert: (table, unit column, minutes per unit).
+ROLLUPS = ((SloHourRow, "hour", 60), (SloDayRow, "day", 1440))
 _CANDIDATES = (select(_V.id, _V.rule_id, _V.slo, _V.host, _V.gpu, _V.group, _V.first_seen, _V.resolved_at)
                .where(_V.slo.in_(bindparam("slos", expanding=True)), _V.first_seen <= bindparam("last"),
                       or_(_V.resolved_at.is_(None), _V.resolved_at >= bindparam("first")),
@@ -64,20 +67,22 @@ def record_sli(session: Session, batch: SliBatch | None, burn_rules: Sequence[st
     session.flush()
     connection = session.connection()
     causes = _causes(connection, batch, burn_rules)
-    minutes, hours = [], {}
+    minutes = []
+    rollups: list[dict[tuple[str, str, int], list[int]]] = [{} for _ in ROLLUPS]
     for (slo_id, key, minute), counts in batch.deltas.items():
         good, total, attributed = counts[0], counts[1], sum(counts[2:])
         minutes.append({"slo_id": slo_id, "group_key": key, "minute": minute, "good": good, "total": total,
                         "attributed": attributed})
-        hour = hours.setdefault((slo_id, key, minute // 60), [0, 0, 0])
-        hour[0] += good
-        hour[1] += total
-        hour[2] += attributed
-    counts_ = ("good", "total", "attributed")
-    _upsert(connection, SloBucketRow.__table__, ("slo_id", "group_key", "minute"), counts_, minutes)
-    _upsert(connection, SloHourRow.__table__, ("slo_id", "group_key", "hour"), counts_,
-            [{"slo_id": s, "group_key": k, "hour": h, "good": c[0], "total": c[1], "attributed": c[2]}
-             for (s, k, h), c in hours.items()])
+        for found, (_table, _unit, size) in zip(rollups, ROLLUPS, strict=True):
+            sums = found.setdefault((slo_id, key, minute // size), [0, 0, 0])
+            sums[0] += good
+            sums[1] += total
+            sums[2] += attributed
+    _upsert(connection, SloBucketRow.__table__, ("slo_id", "group_key", "minute"), _COUNTS, minutes)
+    for found, (table, unit, _size) in zip(rollups, ROLLUPS, strict=True):
+        _upsert(connection, table.__table__, ("slo_id", "group_key", unit), _COUNTS,
+                [{"slo_id": s, "group_key": k, unit: u, "good": c[0], "total": c[1], "attributed": c[2]}
+                 for (s, k, u), c in found.items()])
     _upsert(connection, SloCauseRow.__table__, ("slo_id", "group_key", "minute", "violation_id"), ("bad",),
             [{"slo_id": s, "group_key": k, "minute": m, "violation_id": v, "bad": n}
              for (s, k, m, v), n in causes.items()])
@@ -92,7 +97,7 @@ def stored_buckets(session: Session, sli: Sli) -> Iterable[tuple[str, int, int, 
     first = newest - int(sli.retention_s()) // BUCKET_S
     rows = session.execute(select(_B.group_key, _B.minute, _B.good, _B.total)
                            .where(_B.slo_id == sli.slo_id, _B.minute >= first))
-    return [tuple(row) for row in rows]  # type: ignore[misc]
+    return [tuple(row) for row in rows]
 
 
 def prune(session: Session, slis: Sequence[Sli], now: datetime) -> int:
@@ -101,7 +106,7 @@ def prune(session: Session, slis: Sequence[Sli], now: datetime) -> int:
     for sli in slis:
         cutoff = int(now.timestamp() - sli.retention_s()) // BUCKET_S
         for table, column, limit in ((SloBucketRow, _B.minute, cutoff), (SloHourRow, _H.hour, cutoff // 60),
-                                     (SloCauseRow, _C.minute, cutoff)):
+                                     (SloDayRow, _D.day, cutoff // 1440), (SloCauseRow, _C.minute, cutoff)):
             result = session.execute(delete(table).where(table.__table__.c.slo_id == sli.slo_id, column < limit))
             removed += result.rowcount or 0  # type: ignore[attr-defined]
     return removed

@@ -272,9 +272,26 @@ class SloHourRow(Base):
     total: Mapped[int] = mapped_column(BigInteger)
     attributed: Mapped[int] = mapped_column(BigInteger)
 
-    # Covering, in group order: the API's long-window sums stream along it (bench/slo.py (b)).
+    # Covering: in group order for one group's hourly history (the chart); in time order for the API's range
+    # pieces (engine/slo/ranges.py, bench/slo.py (b)).
     __table_args__ = (Index("ix_slo_hours_slo_id_group_key_hour", "slo_id", "group_key", "hour", "good", "total",
-                            "attributed"),)
+                            "attributed"),
+                      Index("ix_slo_hours_slo_id_hour", "slo_id", "hour", "group_key", "good", "total", "attributed"))
+
+
+class SloDayRow(Base):
+    """The same counts rolled up per UTC day, so a 28-day window sums 28 rows per group and its edges."""
+
+    __tablename__ = "slo_days"
+
+    slo_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    group_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    day: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # minute // 1440
+    good: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[int] = mapped_column(BigInteger)
+    attributed: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_slo_days_slo_id_day", "slo_id", "day", "group_key", "good", "total", "attributed"),)
 
 
 class SloCauseRow(Base):

@@ -138,6 +138,8 @@ def test_must_not_fire_and_not_expect_report_what_fired(tmp_path: Path):
      ["3:19: 'at': 'soon' is not a duration"]),
     ("tests:\n  - name: x\n    events: [{at: 0s, kind: cuda_oom}]\n    expect: [{rule: fragg}]\n",
      ["4:21: unknown rule 'fragg' (not in the rulebook) (did you mean 'frag'?)"]),
+    ("tests:\n  - name: x\n    slos: 3\n    events: [{at: 0s, kind: cuda_oom}]\n    expect: []\n",
+     ["3:11: 'slos' must be true or false, got 3"]),
     ("tests:\n  - name: x\n    evnts: []\n", ["2:5: a test case needs a list of 'events'",
                                              "2:5: a test case needs 'expect'",
                                              "3:5: unknown field 'evnts' in a test case (did you mean 'events'?)"]),

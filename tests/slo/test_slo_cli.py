@@ -12,7 +12,7 @@ from sqlalchemy import delete
 from gpuslo.cli.main import main
 from gpuslo.engine.config import Settings
 from gpuslo.engine.service import Gpuslo
-from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloHourRow
+from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloDayRow, SloHourRow
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "examples" / "incidents" / "h200-token-requests.jsonl"
@@ -39,7 +39,7 @@ def test_list_and_backfill_restore_the_same_figures(database):
     listing = _cli(database, "list").stdout.splitlines()
     assert any(line.startswith("token-latency~") and "8 bad of 19" in line for line in listing)
     with database.session() as session:  # the counts are lost (a new SLO, say): backfill recounts them
-        for table in (SloCauseRow, SloBucketRow, SloHourRow):
+        for table in (SloCauseRow, SloBucketRow, SloHourRow, SloDayRow):
             session.execute(delete(table))
     result = _cli(database, "backfill")
     assert "ok: 57 requests counted for token-latency, first-token-latency, stream-success" in result.stdout

@@ -76,7 +76,8 @@ def test_openslo_documents(tmp_path):
     docs = list(yaml.safe_load_all(_export("openslo", tmp_path).read_text()))
     slos = {d["metadata"]["name"]: d for d in docs if d["kind"] == "SLO"}
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "AlertPolicy"}
-    assert set(slos) == {"token-latency", "first-token-latency", "stream-success"}
+    assert set(slos) == {"token-latency", "first-token-latency", "stream-success", "training-progress"}
+    assert slos["training-progress"]["spec"]["timeWindow"] == [{"duration": "7d", "isRolling": True}]
     assert all(d["apiVersion"] == "openslo/v1" for d in docs)
     itl = slos["token-latency"]["spec"]
     assert itl["objectives"] == [{"displayName": "p99 inter-token latency < 200 ms", "target": 0.99}]
