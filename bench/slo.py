@@ -116,7 +116,7 @@ SLO = """\
 
 def api_part(days: int, requests: int) -> dict[str, float]:
     """5 SLOs × 10 endpoints = 50 groups, `days` of full one-minute buckets each; GET /api/v1/slos timed."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
     from gpuslo.web import create_app
 
     with tempfile.TemporaryDirectory() as folder:
