@@ -90,8 +90,8 @@ def configure_access(app: Flask, settings: Settings) -> None:
 def register_blueprints(app: Flask) -> None:
     from gpuslo.web.admin_api import admin_api
     from gpuslo.web.api import api
-    from gpuslo.web.audit_views import audit_ui
-    from gpuslo.web.auth_views import auth
+    from gpuslo.web.audit_ui import audit_ui
+    from gpuslo.web.auth_ui import auth
     from gpuslo.web.charts_ui import charts_ui
     from gpuslo.web.display import display
     from gpuslo.web.incidents_api import incidents_api

@@ -8,7 +8,7 @@ from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from gpuslo.engine.errors import ConfigError
 from gpuslo.web.access import current_actor
-from gpuslo.web.audit_views import audit_query
+from gpuslo.web.audit_ui import audit_query
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.incident_input import request_values
