@@ -144,7 +144,8 @@ def _from_bearer(header: str) -> Principal:
     return Principal(token.name, TOKEN, permissions_of_scopes(token.scopes), token_id=token.id)
 
 
-def _from_session() -> Principal | None:
+def _from_cookie() -> Principal | None:
+    """The user of the signed session cookie, while its server-side web session lives."""
     name, sid = session.get("user"), session.get("sid")
     if not isinstance(name, str):
         return None
@@ -172,7 +173,7 @@ def resolve_principal(access: AccessState) -> Principal | None:
     header = request.headers.get("Authorization")
     if header:
         return _from_bearer(header)
-    found = _from_session()
+    found = _from_cookie()
     if found is None and access.settings.auth_proxy_header:
         found = _from_proxy(access.settings)
     if found is not None:
