@@ -25,9 +25,9 @@ from sqlalchemy import func, select
 
 from gpuslo.cli.serve import create_wsgi_server, tune_gc_after_startup
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store.models import ViolationRow
 from gpuslo.web import create_app
 

@@ -27,13 +27,13 @@ from fleet_support import RULES, WorkerProcess, caught_up, owned_partitions, pos
 from sqlalchemy import text  # noqa: E402
 
 from gpuslo.engine.config import Settings  # noqa: E402
+from gpuslo.engine.core import Gpuslo  # noqa: E402
 from gpuslo.engine.fleet.bus import Bus, StreamSettings  # noqa: E402
 from gpuslo.engine.fleet.publish import Publisher  # noqa: E402
 from gpuslo.engine.fleet.routing import RoutingTable  # noqa: E402
 from gpuslo.engine.metrics import Metrics  # noqa: E402
 from gpuslo.engine.rulebook import load_directory  # noqa: E402
 from gpuslo.engine.runtime import RuleEvaluator  # noqa: E402
-from gpuslo.engine.service import Gpuslo  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 SECTION = "## Fleet (bench/fleet.py)"
@@ -55,7 +55,7 @@ def in_process_stored(items: list[dict], events: int) -> tuple[float, int]:  # t
     with postgres_database("bench_embedded") as database:
         core = Gpuslo(Settings(database_url=database.url, rules_dir=RULES, rules_poll_seconds=0), database,
                       Metrics())
-        core.reload_rulebooks()
+        core.rulebooks.reload()
         core.runtime.start()
         try:
             started = time.perf_counter()

@@ -113,7 +113,7 @@ def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str 
 
     With `bus_url` (fleet mode) ingest publishes to the bus and the periodic jobs run only in the fleet leader.
     """
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
     from gpuslo.web import create_app
 
     for warning in startup_warnings(settings):
@@ -123,7 +123,7 @@ def run_server(settings: Settings, probes: Sequence[str] = (), probe_token: str 
     agent = None
     try:
         server = create_wsgi_server(create_app(settings, core=core), settings)
-        restore = _install_handlers(core.reload_rulebooks)
+        restore = _install_handlers(core.rulebooks.reload)
         tune_gc_after_startup()
         try:
             log.info("gpuslo listening on http://%s:%s (database %s, rules %s)", server.effective_host,

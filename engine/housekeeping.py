@@ -12,7 +12,8 @@ from gpuslo.engine.errors import GpusloError
 from gpuslo.engine.store import retention, web_sessions
 from gpuslo.engine.store.db import Database
 
-log = logging.getLogger("gpuslo.engine.service")
+log = logging.getLogger(__name__)
+RETENTION_INTERVAL_S = 3600.0  # how often the retention jobs run
 
 
 def run_retention(database: Database, settings: Settings, now: datetime, interval_s: float) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
+import inspect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,6 +92,20 @@ def test_only_the_matcher_imports_durable_rules():
     offences = _offences(tuple(PACKAGES) + ("tests",), DURABLE_MODULES)
     assert [o for o in offences if not o.startswith(DURABLE_IMPORTERS)] == []
     assert _offences(("engine",), DURABLE_MODULES), "engine/matcher.py no longer imports durable_rules"
+
+
+def test_web_views_never_touch_a_database_session():
+    """Views call the core's services (gpuslo.engine.services): no `.database`, no store module imported (its
+    read-model types and constants may be)."""
+    offences = [f"{path.relative_to(ROOT)}:{node.lineno}: uses .database"
+                for path in _python_files("web") for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                if isinstance(node, ast.Attribute) and node.attr == "database"]
+    for offence in _offences(("web",), re.compile(r"gpuslo\.engine\.store(\.|$)")):
+        name = offence.rpartition(" imports ")[2]
+        parent, _, attr = name.rpartition(".")
+        if inspect.ismodule(getattr(importlib.import_module(parent), attr, None)):
+            offences.append(offence)
+    assert offences == []
 
 
 def test_no_bare_folder_imports():

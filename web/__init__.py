@@ -12,7 +12,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.web.context import EXTENSION
 
 if TYPE_CHECKING:
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
 SECURITY_HEADERS = {
     # frame-ancestors (and X-Frame-Options for browsers without CSP 2): no page may be framed (clickjacking).
@@ -70,7 +70,7 @@ def configure_logging(app: Flask) -> None:
 
 def configure_core(app: Flask, settings: Settings, core: Gpuslo | None) -> None:
     if core is None:
-        from gpuslo.engine.service import Gpuslo
+        from gpuslo.engine.core import Gpuslo
 
         opened = Gpuslo.open(settings)
         atexit.register(opened.close)
@@ -90,8 +90,8 @@ def configure_access(app: Flask, settings: Settings) -> None:
 def register_blueprints(app: Flask) -> None:
     from gpuslo.web.admin_api import admin_api
     from gpuslo.web.api import api
-    from gpuslo.web.audit_views import audit_ui
-    from gpuslo.web.auth_views import auth
+    from gpuslo.web.audit_ui import audit_ui
+    from gpuslo.web.auth_ui import auth
     from gpuslo.web.charts_ui import charts_ui
     from gpuslo.web.display import display
     from gpuslo.web.incidents_api import incidents_api

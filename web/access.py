@@ -19,7 +19,6 @@ from werkzeug.wrappers import Response
 from gpuslo.engine.access import ROLES, SCOPES, permissions_of_role, permissions_of_scopes
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import GpusloError
-from gpuslo.engine.store import audit, credentials, web_sessions
 from gpuslo.web.context import current_core
 from gpuslo.web.csrf import check_csrf, csrf_token
 from gpuslo.web.errors import RequestError, error_response, wants_json
@@ -69,8 +68,7 @@ class AccessState:
 
     def credentials_exist(self) -> bool:
         if not self.credentials_seen:
-            with current_core().database.session(readonly=True) as db:
-                self.credentials_seen = credentials.any_credentials(db)
+            self.credentials_seen = current_core().accounts.any_credentials()
         return self.credentials_seen
 
 
@@ -82,7 +80,8 @@ def state() -> AccessState:
 
 
 def current_principal() -> Principal | None:
-    return g.get("principal")
+    found: Principal | None = g.get("principal")
+    return found
 
 
 def current_actor() -> str | None:
@@ -94,10 +93,9 @@ def current_actor() -> str | None:
 def record_audit(action: str, *, actor: str | None = None, target_type: str | None = None,
                  target_id: object = None, before: Any = None, after: Any = None, detail: str | None = None) -> None:
     """One audit row for an action the web layer performs itself (login, logout, failed login)."""
-    with current_core().database.session() as db:
-        audit.record(db, at=_now(), actor=actor or current_actor() or "anonymous", action=action,
-                     target_type=target_type, target_id=target_id, before=before, after=after,
-                     source_ip=request.remote_addr, detail=detail)
+    current_core().accounts.record_audit(action, actor=actor or current_actor() or "anonymous",
+                                         target_type=target_type, target_id=target_id, before=before,
+                                         after=after, source=request.remote_addr, detail=detail)
 
 
 def throttled_audit(action: str, *, actor: str | None = None, target_type: str | None = None,
@@ -140,20 +138,18 @@ def _from_bearer(header: str) -> Principal:
     scheme, _, clear = header.partition(" ")
     if scheme.lower() != "bearer" or not clear.strip():
         raise RequestError(401, "invalid_token", "use the header `Authorization: Bearer <token>`")
-    with current_core().database.session(readonly=True) as db:
-        token = credentials.find_token(db, clear.strip())
+    token = current_core().accounts.find_token(clear.strip())
     if token is None:
         raise RequestError(401, "invalid_token", "the token is unknown or revoked")
     return Principal(token.name, TOKEN, permissions_of_scopes(token.scopes), token_id=token.id)
 
 
-def _from_session() -> Principal | None:
+def _from_cookie() -> Principal | None:
+    """The user of the signed session cookie, while its server-side web session lives."""
     name, sid = session.get("user"), session.get("sid")
     if not isinstance(name, str):
         return None
-    with current_core().database.session(readonly=True) as db:
-        live = web_sessions.find(db, sid, now=_now()) if isinstance(sid, str) else None
-        user = credentials.get_user(db, name) if live is not None and live.user_name == name else None
+    user = current_core().accounts.session_user(sid if isinstance(sid, str) else None, name, _now())
     if user is None or user.disabled_at is not None:
         session.clear()  # logged out, expired, password changed, deleted or disabled: the session is over
         return None
@@ -177,7 +173,7 @@ def resolve_principal(access: AccessState) -> Principal | None:
     header = request.headers.get("Authorization")
     if header:
         return _from_bearer(header)
-    found = _from_session()
+    found = _from_cookie()
     if found is None and access.settings.auth_proxy_header:
         found = _from_proxy(access.settings)
     if found is not None:

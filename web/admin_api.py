@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from gpuslo.engine.errors import ConfigError
-from gpuslo.engine.store import audit, credentials
 from gpuslo.web.access import current_actor
-from gpuslo.web.audit_views import audit_query
+from gpuslo.web.audit_ui import audit_query
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.incident_input import request_values
@@ -23,26 +22,19 @@ _EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 def list_audit() -> Response:
     """A page of the audit log (newest first), or with ?format=csv|json the whole filtered log, streamed."""
     query = audit_query(request.args, current_core().settings.page_size)
-    database = current_core().database
+    accounts = current_core().accounts
     if query.format is None:
-        with database.session(readonly=True) as session:
-            page = audit.list_audit(session, query.filters, page=query.page, page_size=query.page_size)
+        page = accounts.audit_page(query.filters, page=query.page, page_size=query.page_size)
         return jsonify(page_json(page) | {"items": [e.to_dict() for e in page.items]})
-    writer = audit.export_csv if query.format == "csv" else audit.export_json
-
-    def stream():  # type: ignore[no-untyped-def]
-        with database.session(readonly=True) as session:
-            yield from writer(audit.iter_audit(session, query.filters))
-
+    stream = accounts.audit_export(query.filters, query.format)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return Response(stream_with_context(stream()), content_type=_EXPORT_TYPES[query.format], headers={
+    return Response(stream_with_context(stream), content_type=_EXPORT_TYPES[query.format], headers={
         "Content-Disposition": f'attachment; filename="gpuslo-audit-{stamp}.{query.format}"'})
 
 
 @admin_api.get("/tokens")
 def list_tokens() -> Response:
-    with current_core().database.session(readonly=True) as session:
-        return jsonify({"items": [to_json(t.to_dict()) for t in credentials.list_tokens(session)]})
+    return jsonify({"items": [to_json(t.to_dict()) for t in current_core().accounts.tokens()]})
 
 
 @admin_api.post("/tokens")
@@ -52,32 +44,24 @@ def create_token() -> tuple[Response, int]:
     name, scopes = values.get("name"), values.get("scopes")
     if not isinstance(name, str) or not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise RequestError(400, "bad_request", "give a name (text) and scopes (a list of text)")
-    now = datetime.now(UTC)
-    with current_core().database.session() as session:
-        try:
-            token, clear = credentials.create_token(session, name=name, scopes=scopes, now=now)
-        except ConfigError as exc:
-            raise RequestError(400, "bad_request", str(exc)) from None
-        audit.record(session, at=now, actor=current_actor() or "anonymous", action="token.create",
-                     target_type="token", target_id=token.id, after=token.to_dict(),
-                     source_ip=request.remote_addr)
+    try:
+        token, clear = current_core().accounts.create_token(name=name, scopes=scopes,
+                                                            actor=current_actor() or "anonymous",
+                                                            source=request.remote_addr)
+    except ConfigError as exc:
+        raise RequestError(400, "bad_request", str(exc)) from None
     return jsonify(to_json(token.to_dict()) | {"token": clear}), 201
 
 
 @admin_api.post("/tokens/<int:token_id>/revoke")
 def revoke_token(token_id: int) -> Response:
-    now = datetime.now(UTC)
-    with current_core().database.session() as session:
-        before = credentials.get_token(session, token_id)
-        token = credentials.revoke_token(session, token_id, now=now)
-        audit.record(session, at=now, actor=current_actor() or "anonymous", action="token.revoke",
-                     target_type="token", target_id=token_id, before=before.to_dict() if before else None,
-                     after=token.to_dict(), source_ip=request.remote_addr)
+    token = current_core().accounts.revoke_token(token_id, actor=current_actor() or "anonymous",
+                                                 source=request.remote_addr)
     return jsonify(to_json(token.to_dict()))
 
 
 @admin_api.post("/rulebooks/reload")
 def reload_rulebooks() -> Response:
-    status = current_core().reload_rulebooks(actor=current_actor() or "anonymous", source=request.remote_addr)
+    status = current_core().rulebooks.reload(actor=current_actor() or "anonymous", source=request.remote_addr)
     return jsonify({"rulebooks": [rulebook_json(rb) for rb in status.rulebooks],
                     "problems": [str(p) for p in status.problems], "loaded_at": to_json(status.loaded_at)})

@@ -6,7 +6,6 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from gpuslo.engine.events import event_json_schema
 from gpuslo.engine.ingest_types import IngestReport
-from gpuslo.engine.store import repository
 from gpuslo.engine.store.views import RulebookVersionView
 from gpuslo.web import ingest_body
 from gpuslo.web.context import current_core
@@ -75,46 +74,42 @@ def event_schema() -> Response:
 @api.get("/violations")
 def list_violations() -> Response:
     filters, paging = violation_filter(request.args, current_core().settings.page_size)
-    with current_core().database.session(readonly=True) as session:
-        page = repository.list_violations(session, filters, page=paging.page, page_size=paging.page_size)
-        return jsonify(page_json(page))
+    page = current_core().queries.violations(filters, page=paging.page, page_size=paging.page_size)
+    return jsonify(page_json(page))
 
 
 @api.get("/violations/<int:violation_id>")
 def get_violation(violation_id: int) -> Response:
-    with current_core().database.session(readonly=True) as session:
-        detail = repository.get_violation(session, violation_id)
-        if detail is None:
-            raise RequestError(404, "not_found", f"no violation with id {violation_id}")
-        return jsonify(to_json(detail))
+    detail = current_core().queries.violation(violation_id)
+    if detail is None:
+        raise RequestError(404, "not_found", f"no violation with id {violation_id}")
+    return jsonify(to_json(detail))
 
 
 @api.get("/events")
 def list_events() -> Response:
     filters, paging = event_filter(request.args, current_core().settings.page_size)
-    with current_core().database.session(readonly=True) as session:
-        page = repository.list_events(session, filters, page=paging.page, page_size=paging.page_size)
-        out = page_json(page)
-        out["items"] = [stored_event_json(item) for item in page.items]
-        return jsonify(out)
+    page = current_core().queries.events(filters, page=paging.page, page_size=paging.page_size)
+    out = page_json(page)
+    out["items"] = [stored_event_json(item) for item in page.items]
+    return jsonify(out)
 
 
 def _version_json(version: RulebookVersionView) -> dict[str, object]:
     """A stored rulebook version without its source text (which can be large)."""
-    out = to_json(version)
+    out: dict[str, object] = to_json(version)
     out.pop("source", None)
     return out
 
 
 @api.get("/rulebooks")
 def list_rulebooks() -> Response:
-    status = current_core().rulebook_status()
-    with current_core().database.session(readonly=True) as session:
-        versions = repository.list_rulebook_versions(session)
-        return jsonify({
-            "rulebooks": [rulebook_json(rb) for rb in status.rulebooks],
-            "problems": [str(p) for p in status.problems],
-            "loaded_at": to_json(status.loaded_at),
-            "versions": [_version_json(v) for v in versions],
-        })
+    rulebooks = current_core().rulebooks
+    status = rulebooks.status()
+    return jsonify({
+        "rulebooks": [rulebook_json(rb) for rb in status.rulebooks],
+        "problems": [str(p) for p in status.problems],
+        "loaded_at": to_json(status.loaded_at),
+        "versions": [_version_json(v) for v in rulebooks.versions()],
+    })
 

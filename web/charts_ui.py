@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint, render_template, request
 
 from gpuslo.engine.events import Event
-from gpuslo.engine.store import charts
+from gpuslo.engine.store.charts import EventSeries
 from gpuslo.engine.store.views import ViolationFilter
 from gpuslo.web.chart_data import memory_timeline, token_heatmap, token_series_key
 from gpuslo.web.context import current_core
@@ -23,15 +23,19 @@ MAX_GPU_CHARTS = 16
 MAX_SERIES_CHARTS = 8
 
 
-def _series(kinds: tuple[str, ...], chosen: ChartFilter) -> charts.EventSeries:
-    with current_core().database.session(readonly=True) as session:
-        return charts.event_series(session, kinds, host=chosen.host, gpu=chosen.gpu, since=chosen.since,
-                                   until=chosen.until)
+def _series(kinds: tuple[str, ...], chosen: ChartFilter) -> EventSeries:
+    return current_core().queries.event_series(kinds, host=chosen.host, gpu=chosen.gpu, since=chosen.since,
+                                               until=chosen.until)
 
 
 def _places(kinds: tuple[str, ...]) -> list[tuple[str, int | None]]:
-    with current_core().database.session(readonly=True) as session:
-        return charts.event_places(session, kinds)
+    return current_core().queries.event_places(kinds)
+
+
+def _span(key: tuple[str, str, str, str], events: list[Event]) -> ViolationFilter:
+    """The violations to mark on one token series: its host and GPU over its time span."""
+    host, gpu, _, _ = key
+    return ViolationFilter(host=host, gpu=int(gpu) if gpu else None, since=events[0].time, until=events[-1].time)
 
 
 @charts_ui.get("/charts/tokens")
@@ -44,14 +48,11 @@ def tokens() -> str:
     keys = sorted(by_key)
     shown = [k for k in keys if (chosen.endpoint is None or k[2] == chosen.endpoint)
              and (chosen.model is None or k[3] == chosen.model)]
-    panels = []
-    with current_core().database.session(readonly=True) as session:
-        for host, gpu, endpoint, model in shown[:MAX_SERIES_CHARTS]:
-            events = by_key[host, gpu, endpoint, model]
-            marks = charts.violation_marks(session, ViolationFilter(
-                host=host, gpu=int(gpu) if gpu else None, since=events[0].time, until=events[-1].time))
-            panels.append({"host": host, "gpu": gpu, "endpoint": endpoint, "model": model,
-                           "heatmap": token_heatmap(events, [m for m in marks if m.host == host])})
+    charted = shown[:MAX_SERIES_CHARTS]
+    marked = current_core().queries.violation_marks(*(_span(key, by_key[key]) for key in charted))
+    panels = [{"host": host, "gpu": gpu, "endpoint": endpoint, "model": model,
+               "heatmap": token_heatmap(by_key[host, gpu, endpoint, model], [m for m in marks if m.host == host])}
+              for (host, gpu, endpoint, model), marks in zip(charted, marked, strict=True)]
     return render_template("charts_tokens.html", chosen=chosen, args=request.args, panels=panels,
                            places=_places(TOKEN_KINDS), endpoints=sorted({k[2] for k in keys if k[2]}),
                            models=sorted({k[3] for k in keys if k[3]}), truncated=series.truncated,

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flask import current_app
 
 if TYPE_CHECKING:
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
 EXTENSION = "gpuslo"
 
 
 def current_core() -> Gpuslo:
     """The Gpuslo core of the running app."""
-    core: Any = current_app.extensions[EXTENSION]
+    core: Gpuslo = current_app.extensions[EXTENSION]
     return core

@@ -1,7 +1,8 @@
 """The lifecycle API under /api/v1: acknowledge, resolve, reopen and comment on violations; silences.
 
-Thin: each view reads the request and calls one Gpuslo method. InvalidTransition is a 409, NotFoundError a
-404, InvalidSilence a 400 (gpuslo.web.errors). Authentication, permissions and CSRF: gpuslo.web.access.
+Thin: each view reads the request and calls one service function (gpuslo.engine.services.incidents).
+InvalidTransition is a 409, NotFoundError a 404, InvalidSilence a 400 (gpuslo.web.errors). Authentication,
+permissions and CSRF: gpuslo.web.access.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, Response, jsonify, request
 
-from gpuslo.engine.store import silences
 from gpuslo.engine.store.views import SilenceView
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
@@ -26,7 +26,7 @@ ACTIONS = ("acknowledge", "resolve", "reopen")
 def change_status(violation_id: int, action: str) -> Response:
     """Acknowledge, resolve or reopen; the answer is the violation after the change."""
     given = action_input()
-    change = getattr(current_core(), action)
+    change = getattr(current_core().incidents, action)
     view = change(violation_id, actor=given.actor, comment=given.comment, source=given.source)
     return jsonify(to_json(view))
 
@@ -34,7 +34,7 @@ def change_status(violation_id: int, action: str) -> Response:
 @incidents_api.post("/violations/<int:violation_id>/comments")
 def add_comment(violation_id: int) -> tuple[Response, int]:
     given = action_input(comment_required=True)
-    view = current_core().comment(violation_id, actor=given.actor, comment=given.comment or "",
+    view = current_core().incidents.comment(violation_id, actor=given.actor, comment=given.comment or "",
                                   source=given.source)
     return jsonify(to_json(view)), 201
 
@@ -50,8 +50,7 @@ def list_silences() -> Response:
     if include not in ("true", "false"):
         raise RequestError(400, "bad_query", "include_expired must be true or false",
                            [{"param": "include_expired", "reason": "true or false"}])
-    with current_core().database.session(readonly=True) as session:
-        found = silences.list_silences(session, include_expired=include == "true")
+    found = current_core().incidents.silences(include_expired=include == "true")
     now = datetime.now(UTC)
     return jsonify({"items": [silence_json(s, now) for s in found]})
 
@@ -59,14 +58,14 @@ def list_silences() -> Response:
 @incidents_api.post("/silences")
 def create_silence() -> tuple[Response, int]:
     given = silence_input()
-    silence = current_core().create_silence(matchers=given.matchers, starts_at=given.starts_at,
-                                            ends_at=given.ends_at, author=given.author, comment=given.comment,
-                                            source=request.remote_addr)
+    silence = current_core().incidents.create_silence(matchers=given.matchers, starts_at=given.starts_at,
+                                                      ends_at=given.ends_at, author=given.author,
+                                                      comment=given.comment, source=request.remote_addr)
     return jsonify(silence_json(silence, datetime.now(UTC))), 201
 
 
 @incidents_api.post("/silences/<int:silence_id>/expire")
 def expire_silence(silence_id: int) -> Response:
     given = action_input()
-    silence = current_core().expire_silence(silence_id, actor=given.actor, source=given.source)
+    silence = current_core().incidents.expire_silence(silence_id, actor=given.actor, source=given.source)
     return jsonify(silence_json(silence, datetime.now(UTC)))

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from gpuslo.engine.store import silences
 from gpuslo.engine.store.silences import MATCHER_FIELDS
 from gpuslo.web.context import current_core
 from gpuslo.web.incident_input import action_input, silence_input
@@ -27,37 +26,38 @@ def _back_to(violation_id: int) -> Response:
 @incidents_ui.post("/violations/<int:violation_id>/<any(acknowledge, resolve, reopen):action>")
 def change_status(violation_id: int, action: str) -> Response:
     given = action_input()
-    getattr(current_core(), action)(violation_id, actor=given.actor, comment=given.comment, source=given.source)
+    change = getattr(current_core().incidents, action)
+    change(violation_id, actor=given.actor, comment=given.comment, source=given.source)
     return _back_to(violation_id)
 
 
 @incidents_ui.post("/violations/<int:violation_id>/comments")
 def add_comment(violation_id: int) -> Response:
     given = action_input(comment_required=True)
-    current_core().comment(violation_id, actor=given.actor, comment=given.comment or "", source=given.source)
+    current_core().incidents.comment(violation_id, actor=given.actor, comment=given.comment or "",
+                                     source=given.source)
     return _back_to(violation_id)
 
 
 @incidents_ui.get("/silences")
 def silences_page() -> str:
-    with current_core().database.session(readonly=True) as session:
-        found = silences.list_silences(session)
+    found = current_core().incidents.silences()
     return render_template("silences.html", silences=found, now=datetime.now(UTC), fields=MATCHER_FIELDS)
 
 
 @incidents_ui.post("/silences")
 def create_silence() -> Response:
     given = silence_input()
-    current_core().create_silence(matchers=given.matchers, starts_at=given.starts_at, ends_at=given.ends_at,
-                                  author=given.author, comment=given.comment,
-                                  source=request.remote_addr)
+    current_core().incidents.create_silence(matchers=given.matchers, starts_at=given.starts_at,
+                                            ends_at=given.ends_at, author=given.author, comment=given.comment,
+                                            source=request.remote_addr)
     return redirect(url_for("incidents_ui.silences_page"), code=303)
 
 
 @incidents_ui.post("/silences/<int:silence_id>/expire")
 def expire_silence(silence_id: int) -> Response:
     given = action_input()
-    current_core().expire_silence(silence_id, actor=given.actor, source=given.source)
+    current_core().incidents.expire_silence(silence_id, actor=given.actor, source=given.source)
     return redirect(url_for("incidents_ui.silences_page"), code=303)
 
 

@@ -9,7 +9,6 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from gpuslo.engine.events import format_time
-from gpuslo.engine.store import notifications
 from gpuslo.engine.store.notifications import NotificationDetail
 from gpuslo.engine.store.receivers import ReceiverHealth
 from gpuslo.web.context import current_core
@@ -24,8 +23,7 @@ notifications_api = Blueprint("notifications_api", __name__, url_prefix="/api/v1
 @notifications_api.get("/violations/<int:violation_id>/notifications")
 def violation_notifications(violation_id: int) -> Response:
     """Every notification of a violation, oldest first, each with its delivery attempts."""
-    with current_core().database.session(readonly=True) as session:
-        found = notifications.of_violation(session, violation_id)
+    found = current_core().notifications.of_violation(violation_id)
     if found is None:
         raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
     return jsonify({"items": details_json(found)})
@@ -35,8 +33,7 @@ def violation_notifications(violation_id: int) -> Response:
 def list_notifications() -> Response:
     """A page of notifications, newest first; `status` and `receiver` filter (every status by default)."""
     filters, paging = notification_filter(request.args, current_core().settings.page_size)
-    with current_core().database.session(readonly=True) as session:
-        page = notifications.page_notifications(session, filters, page=paging.page, page_size=paging.page_size)
+    page = current_core().notifications.page(filters, page=paging.page, page_size=paging.page_size)
     return jsonify({"items": details_json(page.items), "page": page.page, "page_size": page.page_size,
                     "total": page.total, "has_next": page.has_next})
 
@@ -45,9 +42,9 @@ def list_notifications() -> Response:
 def retry_notification(notification_id: int) -> Response:
     """Send a dead notification again; the answer is the notification, now pending (its attempts so far too)."""
     given = action_input()
-    view = current_core().retry_notification(notification_id, actor=given.actor, source=given.source)
-    with current_core().database.session(readonly=True) as session:
-        detail = notifications.get_detail(session, view.id)
+    service = current_core().notifications
+    view = service.retry(notification_id, actor=given.actor, source=given.source)
+    detail = service.detail(view.id)
     return jsonify(details_json([detail or NotificationDetail(view, ())])[0])
 
 
@@ -60,11 +57,12 @@ def _health_json(found: ReceiverHealth) -> dict[str, Any]:
 @notifications_api.get("/receivers")
 def list_receivers() -> Response:
     """Health of every receiver: last success and failure, disabled (410 Gone) or not, and its queue."""
-    return jsonify({"items": [_health_json(h) for h in current_core().receiver_health()]})
+    return jsonify({"items": [_health_json(h) for h in current_core().notifications.receiver_health()]})
 
 
 @notifications_api.post("/receivers/<name>/enable")
 def enable_receiver(name: str) -> Response:
     """Re-enable a receiver that a 410 Gone disabled; its waiting notifications go out again (audited)."""
     given = action_input()
-    return jsonify(_health_json(current_core().enable_receiver(name, actor=given.actor, source=given.source)))
+    enabled = current_core().notifications.enable_receiver(name, actor=given.actor, source=given.source)
+    return jsonify(_health_json(enabled))

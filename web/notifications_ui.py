@@ -9,7 +9,6 @@ from __future__ import annotations
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from gpuslo.engine.store import notifications
 from gpuslo.engine.store.outbox_models import NOTIFICATION_STATUSES
 from gpuslo.web.context import current_core
 from gpuslo.web.filters import ALL, notification_filter
@@ -24,25 +23,24 @@ DEFAULT_STATUS = "dead"
 @notifications_ui.get("/notifications")
 def notifications_page() -> str:
     filters, paging = notification_filter(request.args, current_core().settings.page_size, DEFAULT_STATUS)
-    with current_core().database.session(readonly=True) as session:
-        page = notifications.page_notifications(session, filters, page=paging.page, page_size=paging.page_size)
-        known = notifications.receivers(session)
-    return render_template("notifications.html", page=page, filters=filters, receivers=known,
+    service = current_core().notifications
+    page = service.page(filters, page=paging.page, page_size=paging.page_size)
+    return render_template("notifications.html", page=page, filters=filters, receivers=service.receiver_names(),
                            statuses=(*NOTIFICATION_STATUSES, ALL), status=filters.status or ALL,
-                           health=current_core().receiver_health())
+                           health=service.receiver_health())
 
 
 @notifications_ui.post("/notifications/receivers/<name>/enable")
 def enable_receiver(name: str) -> Response:
     given = action_input()
-    current_core().enable_receiver(name, actor=given.actor, source=given.source)
+    current_core().notifications.enable_receiver(name, actor=given.actor, source=given.source)
     return redirect(url_for("notifications_ui.notifications_page", _anchor="receiver-health"), code=303)
 
 
 @notifications_ui.post("/notifications/<int:notification_id>/retry")
 def retry_notification(notification_id: int) -> Response:
     given = action_input()
-    view = current_core().retry_notification(notification_id, actor=given.actor, source=given.source)
+    view = current_core().notifications.retry(notification_id, actor=given.actor, source=given.source)
     # 303: the browser follows with a GET, so a reload does not post the form again.
     if request_values().get("return_to") == "violation":
         return redirect(url_for("ui.violation", violation_id=view.violation_id, _anchor="notifications"), code=303)

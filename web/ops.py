@@ -7,7 +7,6 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from gpuslo.web.context import current_core
 
@@ -24,8 +23,7 @@ def _gauge_value(gauge: Any) -> float | None:
 
 def _database_ok() -> bool:
     try:
-        with current_core().database.session() as session:
-            session.execute(text("SELECT 1"))
+        current_core().ping_database()
     except Exception:  # any failure means "unreachable" to a health check
         log.warning("health check: database unreachable", exc_info=True)
         return False
@@ -36,7 +34,7 @@ def _database_ok() -> bool:
 def healthz() -> tuple[Response, int]:
     """200 when the database answers and the engine is evaluating; 503 with the reason when not; always JSON."""
     core = current_core()
-    status = core.rulebook_status()
+    status = core.rulebooks.status()
     database_ok = _database_ok()
     engine = core.engine_health()
     depth = _gauge_value(core.metrics.engine_queue_depth)

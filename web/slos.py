@@ -6,8 +6,7 @@ from flask import Blueprint, Response, jsonify, render_template
 
 from gpuslo.engine.slo.model import LOOKBACKS
 from gpuslo.engine.slo.report import SloGroup
-from gpuslo.engine.store import repository
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.views import ViolationView
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.slo_chart import burn_chart
@@ -17,7 +16,7 @@ slos_ui = Blueprint("slos_ui", __name__)
 
 
 def _group_or_404(group_id: str) -> SloGroup:
-    group = current_core().slo_group(group_id)
+    group = current_core().slos.group(group_id)
     if group is None:
         raise RequestError(404, "not_found", f"No SLO group with id {group_id!r}.")
     return group
@@ -25,7 +24,7 @@ def _group_or_404(group_id: str) -> SloGroup:
 
 @slos_api.get("/slos")
 def list_slos() -> Response:
-    return jsonify({"items": [group.to_dict() for group in current_core().slo_groups()]})
+    return jsonify({"items": [group.to_dict() for group in current_core().slos.groups()]})
 
 
 @slos_api.get("/slos/<group_id>")
@@ -33,35 +32,24 @@ def get_slo(group_id: str) -> Response:
     return jsonify(_group_or_404(group_id).to_dict(causes=True))
 
 
-def _open_burn_alerts() -> dict[tuple[str, str], list[object]]:
+def _open_burn_alerts() -> dict[tuple[str, str], list[ViolationView]]:
     """Unresolved burn-alert violations by (SLO, group key)."""
-    core = current_core()
-    rules = {sli.alert_rule_id(alert): sli.slo_id for sli in core.slis() for alert in sli.policy}
-    found: dict[tuple[str, str], list[object]] = {}
-    if not rules:
-        return found
-    with core.database.session(readonly=True) as session:
-        for status in ("open", "acknowledged"):
-            page = repository.list_violations(session, ViolationFilter(status=status), page=1, page_size=500)
-            for view in page.items:
-                if view.rule_id in rules:
-                    found.setdefault((rules[view.rule_id], view.group_key), []).append(view)
-    return found
+    return current_core().slos.open_burn_alerts()
 
 
 @slos_ui.get("/slos")
 def slos_page() -> str:
-    core = current_core()
-    groups = core.slo_groups()
-    causes = {group.id: core.slo_causes(group, limit=3) for group in groups}
+    slos = current_core().slos
+    groups = slos.groups()
+    causes = {group.id: slos.causes(group, limit=3) for group in groups}
     return render_template("slos.html", groups=groups, causes=causes, alerts=_open_burn_alerts(),
-                           lookbacks=[name for name, _ in LOOKBACKS], slis=core.slis())
+                           lookbacks=[name for name, _ in LOOKBACKS], slis=slos.slis())
 
 
 @slos_ui.get("/slos/<group_id>")
 def slo_page(group_id: str) -> str:
     group = _group_or_404(group_id)
-    history = current_core().slo_history(group)
+    history = current_core().slos.history(group)
     thresholds = sorted({pair.burn for alert in group.sli.policy for pair in alert.pairs})
     return render_template("slo.html", g=group, chart=burn_chart(history, thresholds),
                            alerts=_open_burn_alerts().get((group.sli.slo_id, group.group_key), []),

@@ -11,7 +11,6 @@ from werkzeug.wrappers import Response
 
 from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.model import SEVERITIES
-from gpuslo.engine.store import charts, notifications, repository
 from gpuslo.engine.violations import STATUSES
 from gpuslo.web.chart_data import evidence_timeline, severity_over_time, stall_attribution
 from gpuslo.web.context import current_core
@@ -68,9 +67,9 @@ def index() -> Response:
 @ui.get("/violations")
 def violations() -> str:
     filters, paging = violation_filter(request.args, current_core().settings.page_size)
-    with current_core().database.session(readonly=True) as session:
-        page = repository.list_violations(session, filters, page=paging.page, page_size=paging.page_size)
-        marks = charts.violation_marks(session, filters)
+    queries = current_core().queries
+    page = queries.violations(filters, page=paging.page, page_size=paging.page_size)
+    (marks,) = queries.violation_marks(filters)
     over_time = severity_over_time(marks, SEVERITIES)
     return render_template("violations.html", page=page, args=request.args, over_time=over_time,
                            charts_on_page=bool(marks))
@@ -78,13 +77,13 @@ def violations() -> str:
 
 @ui.get("/violations/<int:violation_id>")
 def violation(violation_id: int) -> str:
-    with current_core().database.session(readonly=True) as session:
-        detail = repository.get_violation(session, violation_id)
-        sent = notifications.of_violation(session, violation_id) if detail is not None else None
+    core = current_core()
+    detail = core.queries.violation(violation_id)
     if detail is None:
         raise RequestError(404, "not_found", f"No violation with id {violation_id}.")
+    sent = core.notifications.of_violation(violation_id)
     return render_template("violation.html", v=detail, explanation=detail.explanation or {},
-                           notifications=sent or (), costs=current_core().violation_costs(violation_id),
+                           notifications=sent or (), costs=core.slos.violation_costs(violation_id),
                            timeline=evidence_timeline(detail.evidence),
                            stall_chart=stall_attribution(detail.evidence),
                            charts_on_page=bool(detail.evidence))
@@ -92,17 +91,14 @@ def violation(violation_id: int) -> str:
 
 @ui.get("/rulebooks")
 def rulebooks() -> str:
-    status = current_core().rulebook_status()
-    with current_core().database.session(readonly=True) as session:
-        versions = repository.list_rulebook_versions(session)
-    return render_template("rulebooks.html", status=status, versions=versions)
+    rulebooks = current_core().rulebooks
+    return render_template("rulebooks.html", status=rulebooks.status(), versions=rulebooks.versions())
 
 
 @ui.get("/events")
 def events() -> str:
     filters, paging = event_filter(request.args, current_core().settings.page_size)
-    with current_core().database.session(readonly=True) as session:
-        page = repository.list_events(session, filters, page=paging.page, page_size=paging.page_size)
+    page = current_core().queries.events(filters, page=paging.page, page_size=paging.page_size)
     return render_template("events.html", page=page, args=request.args)
 
 

@@ -10,11 +10,8 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from sqlalchemy.orm import Session
-
-from gpuslo.engine.alerts import AlertsConfig, enqueue_for_change, load_alerts_config
+from gpuslo.engine.alerts import load_alerts_config
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import ConfigError, GpusloError
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
@@ -24,8 +21,8 @@ from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.services.changes import Notifier
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationView
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +52,8 @@ class Worker:
         self.rulebooks = _load(settings)
         self.table = RoutingTable.of(self.rulebooks, fleet.partitions)
         self._partitions = {p.number: p for p in self.table.all_partitions()}
-        self._alerts: AlertsConfig | None = (load_alerts_config(settings.alerts_config)
-                                             if settings.alerts_config else None)
+        alerts = load_alerts_config(settings.alerts_config) if settings.alerts_config else None
+        self._notify = Notifier(alerts, settings.public_url)  # the outbox rows, as the embedded core writes them
         self.ownership = Ownership(database, fleet.name)
         self.runners: dict[int, PartitionRunner] = {}
         self.handled = 0
@@ -139,10 +136,6 @@ class Worker:
                 self.ownership.release(number)
             except GpusloError:
                 pass  # the lock connection is gone: so is the lock
-
-    def _notify(self, session: Session, view: ViolationView, now: datetime) -> None:
-        if self._alerts is not None:
-            enqueue_for_change(session, view, config=self._alerts, public_url=self._settings.public_url, now=now)
 
 
 def _load(settings: Settings) -> tuple[Rulebook, ...]:

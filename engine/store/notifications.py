@@ -1,7 +1,7 @@
 """Reading the outbox for people: notifications with their attempts, filtered pages, and the dead-letter retry.
 
 The outbox module (gpuslo.engine.store.outbox) serves the delivery worker; this one serves the UI, the API and
-the audited retry of gpuslo.engine.service.
+the audited retry of gpuslo.engine.services.notifications.
 """
 
 from __future__ import annotations

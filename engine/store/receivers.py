@@ -2,7 +2,7 @@
 
 One row per receiver in `receiver_states`, made on first use (an insert that ignores a concurrent twin, so two
 workers on PostgreSQL never collide). A disabled receiver's notifications stay pending until an operator
-re-enables it (gpuslo.engine.service.Gpuslo.enable_receiver, audited) or they pass the maximum age.
+re-enables it (gpuslo.engine.services.notifications, audited) or they pass the maximum age.
 """
 
 from __future__ import annotations

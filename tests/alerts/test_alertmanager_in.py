@@ -15,8 +15,8 @@ from alertmanager_support import ALERTMANAGER_NEEDED
 from werkzeug.serving import make_server
 
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.external_alerts import convert, parse_rfc3339
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.views import EventFilter, ViolationFilter
 from gpuslo.web import create_app

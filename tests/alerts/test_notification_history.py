@@ -15,8 +15,8 @@ import pytest
 from gpuslo.engine.alerts import DeliveryPolicy, DeliveryWorker, enqueue_for_match, load_alerts_text
 from gpuslo.engine.alerts.transport import Outcome
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import outbox, repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.views import HistoryEntry

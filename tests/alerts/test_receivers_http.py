@@ -20,7 +20,7 @@ from werkzeug.serving import make_server
 from gpuslo.cli.main import main
 from gpuslo.engine.alerts import enqueue_for_match
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store import audit, credentials
 from gpuslo.engine.store.audit import AuditFilter
 from gpuslo.web import create_app

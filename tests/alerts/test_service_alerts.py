@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store import outbox
 
 LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1
@@ -33,7 +33,7 @@ def test_matches_and_resolves_flow_through_the_outbox_to_the_receiver(database, 
             triggers = outbox.list_notifications(session)
         assert triggers and {n.action for n in triggers} == {"trigger"}
         violation_id = triggers[0].violation_id
-        core.resolve(violation_id, actor="alice")
+        core.incidents.resolve(violation_id, actor="alice")
         core.delivery.run_until_idle(timeout_s=10)  # the scheduler may have sent some already
     finally:
         core.close()

@@ -30,7 +30,7 @@ def require_chromium() -> None:
 @contextmanager
 def serving(settings: Settings, check: Any = None) -> Iterator[tuple[str, Any]]:
     """Open the real core and app and serve them on 127.0.0.1:<free port>; yields the base URL and the core."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     core = Gpuslo.open(settings)
     if check is not None:

@@ -18,7 +18,7 @@ from gpuslo.web import create_app
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     """The real app and core on SQLite with the shipped rulebooks, served by werkzeug in a thread."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'var' / 'gpuslo.db'}", rules_dir=RULES_DIR)
     core = Gpuslo.open(settings)

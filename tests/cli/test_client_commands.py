@@ -21,7 +21,7 @@ from gpuslo.web import create_app
 
 @pytest.fixture
 def server(database) -> Iterator[LiveServer]:
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     settings = Settings(database_url=database.url, rules_dir=RULES_DIR)
     core = Gpuslo.open(settings)

@@ -25,7 +25,7 @@ from gpuslo.web import create_app
 def server_with_token(tmp_path: Path) -> Iterator[tuple[LiveServer, str, str]]:
     """A server holding the example incident, with access control on: (server, read token, ingest token)."""
     from gpuslo.engine.access import INGEST, READ
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
     from gpuslo.engine.store import credentials
 
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'gpuslo.db'}", rules_dir=RULES_DIR)

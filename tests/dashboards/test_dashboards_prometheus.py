@@ -22,7 +22,7 @@ from dashboard_support import ROOT, committed, generator
 from werkzeug.serving import make_server
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store import credentials
 from gpuslo.web import create_app
 

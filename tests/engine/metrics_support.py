@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 
 ROOT = Path(__file__).resolve().parents[2]
 INCIDENTS = sorted((ROOT / "examples" / "incidents").glob("*.jsonl"))

@@ -11,8 +11,8 @@ import pytest
 
 from gpuslo.engine import runtime
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.plan import plan_rulebook
-from gpuslo.engine.service import Gpuslo
 
 RULEBOOK = """\
 rulebook: NAME
@@ -35,7 +35,7 @@ def _write(folder: Path, name: str, version: str) -> None:
 
 
 def _versions(core: Gpuslo) -> dict[str, str]:
-    return {rb.name: rb.version for rb in core.rulebook_status().rulebooks}
+    return {rb.name: rb.version for rb in core.rulebooks.status().rulebooks}
 
 
 def test_a_rulebook_the_engine_refuses_keeps_its_running_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -53,7 +53,7 @@ def test_a_rulebook_the_engine_refuses_keeps_its_running_version(tmp_path: Path,
         for name in ("a", "b"):
             _write(tmp_path, name, "2")
         _write(tmp_path, "c", "1")
-        status = core.reload_rulebooks()
+        status = core.rulebooks.reload()
         assert _versions(core) == {"a": "2", "b": "1"}
         assert sorted(str(p) for p in status.problems) == [
             f"{tmp_path / name}.yaml: rulebook '{name}' not loaded by the engine: OverflowError: the engine cannot "
@@ -73,13 +73,13 @@ def test_the_watcher_job_survives_a_failing_reload(tmp_path: Path, monkeypatch: 
         def broken(*args: Any) -> Any:
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr("gpuslo.engine.service.load_directory", broken)
+        monkeypatch.setattr("gpuslo.engine.services.rulebooks.load_directory", broken)
         _write(tmp_path, "a", "22")
         with caplog.at_level(logging.ERROR):
-            assert core.reload_if_changed() is None
+            assert core.rulebooks.reload_if_changed() is None
         assert "the running rulebooks are kept" in caplog.text and _versions(core) == {"a": "1"}
         monkeypatch.undo()
         _write(tmp_path, "a", "333")
-        assert core.reload_if_changed() is not None and _versions(core) == {"a": "333"}
+        assert core.rulebooks.reload_if_changed() is not None and _versions(core) == {"a": "333"}
     finally:
         core.close()

@@ -7,8 +7,8 @@ from pathlib import Path
 from engine_support import rulebook_text
 
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import audit, repository
 from gpuslo.engine.store.views import ViolationFilter
 
@@ -60,7 +60,7 @@ def test_the_service_resolves_the_violation_on_a_clearing_event(database, tmp_pa
         core.ingest([_frag(1, 1, 0.71), _frag(2, 2, 0.80, gpu=2)])
         assert core.wait_idle()
         assert sorted(v.status for v in _violations(core)) == ["open", "open"]
-        core.acknowledge(next(v.id for v in _violations(core) if v.group["gpu"] == 3), actor="carol")
+        core.incidents.acknowledge(next(v.id for v in _violations(core) if v.group["gpu"] == 3), actor="carol")
         core.ingest([_frag(3, 3, 0.50), _frag(4, 4, 0.20)])  # only the low one clears, and only gpu 3
         assert core.wait_idle()
         by_gpu = {v.group["gpu"]: v for v in _violations(core)}

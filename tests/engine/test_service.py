@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.views import ViolationFilter
@@ -55,7 +55,7 @@ def test_broken_rulebook_keeps_the_last_good_version_and_reports_the_error(datab
     try:
         (rules / "memory.yaml").write_text((rules / "memory.yaml").read_text().replace("severity: warning",
                                                                                         "severity: loud", 1))
-        status = core.reload_rulebooks()
+        status = core.rulebooks.reload()
         assert [r.name for r in status.rulebooks] == ["memory"]
         assert any("severity" in str(p) and "memory.yaml" in str(p) for p in status.problems)
         core.ingest([_event(1)])
@@ -99,25 +99,25 @@ def test_events_stored_before_a_crash_are_evaluated_after_restart(database, rule
 def test_a_changed_rulebook_file_is_reloaded_and_a_broken_one_refused(database, rules):
     core = _open(database, rules, rules_poll_seconds=0)  # the watcher's job is called by hand here
     try:
-        assert core.reload_if_changed() is None  # nothing changed since open()
+        assert core.rulebooks.reload_if_changed() is None  # nothing changed since open()
         path = rules / "memory.yaml"
         path.write_text(path.read_text().replace("fragmentation_ratio > 0.65", "fragmentation_ratio > 0.9", 1))
-        status = core.reload_if_changed()
+        status = core.rulebooks.reload_if_changed()
         assert status is not None and status.problems == ()
         rule = status.rulebooks[0].rule("fragmentation-high")
         assert "0.9" in rule.when.pattern.condition_text
         path.write_text(path.read_text().replace("severity: warning", "severity: loud", 1))
-        status = core.reload_if_changed()
+        status = core.rulebooks.reload_if_changed()
         assert status is not None and status.problems  # refused ...
         assert "0.9" in status.rulebooks[0].rule("fragmentation-high").when.pattern.condition_text  # ... old runs
-        assert core.reload_if_changed() is None
+        assert core.rulebooks.reload_if_changed() is None
     finally:
         core.close()
 
 
 def test_a_failed_store_is_retried_without_evaluating_the_events_twice(database, rules):
     core = _open(database, rules)
-    original, calls = core._record, []
+    original, calls = core.engine_store.record, []
 
     def flaky(result):
         calls.append(len(result.events))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.views import ViolationFilter
@@ -47,7 +47,7 @@ def test_the_override_in_force_is_stored_with_its_hash(database, folders):
     rules, site = folders
     core = _open(database, rules, site)
     try:
-        (memory,) = [b for b in core.rulebook_status().rulebooks if b.name == "memory"]
+        (memory,) = [b for b in core.rulebooks.status().rulebooks if b.name == "memory"]
         assert memory.override_file == str(site / "memory.yaml")
         assert "fragmentation-high" not in _fired(core, "ov-1", 0.71)
         assert "fragmentation-high" in _fired(core, "ov-2", 0.85)
@@ -65,17 +65,17 @@ def test_a_broken_override_keeps_the_last_good_version_and_a_fix_is_picked_up(da
     rules, site = folders
     core = _open(database, rules, site)
     try:
-        good_hash = core.rulebook_status().rulebooks[1].content_hash
-        assert core.reload_if_changed() is None
+        good_hash = core.rulebooks.status().rulebooks[1].content_hash
+        assert core.rulebooks.reload_if_changed() is None
         (site / "memory.yaml").write_text(RAISED.replace("0.8", "'high'"))
-        status = core.reload_if_changed()  # the watcher sees the override file change
+        status = core.rulebooks.reload_if_changed()  # the watcher sees the override file change
         assert status is not None
         assert [b.name for b in status.rulebooks] == ["latency", "memory"]
         assert status.rulebooks[1].content_hash == good_hash  # the last good (overridden) version runs on
         assert {p.location.file for p in status.problems} == {str(site / "memory.yaml"), str(rules / "memory.yaml")}
         assert "fragmentation-high" not in _fired(core, "ov-2", 0.71)  # still the site's 0.8
         (site / "memory.yaml").write_text(RAISED.replace("0.8", "0.7"))
-        status = core.reload_if_changed()
+        status = core.rulebooks.reload_if_changed()
         assert status is not None and status.problems == ()
         assert status.rulebooks[1].content_hash != good_hash
         assert "fragmentation-high" in _fired(core, "ov-3", 0.71)

@@ -187,8 +187,8 @@ def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -
 def reference_run(events: list[dict[str, Any]], folder: Path) -> Stored:
     """The same events through the embedded single process (`gpuslo serve`'s core on SQLite)."""
     from gpuslo.engine.config import Settings
+    from gpuslo.engine.core import Gpuslo
     from gpuslo.engine.metrics import Metrics
-    from gpuslo.engine.service import Gpuslo
 
     (folder / "alerts.yaml").write_text(ALERTS)
     shm = Path("/dev/shm")  # the reference's commits need no disk: tmpfs where the machine has one
@@ -198,7 +198,7 @@ def reference_run(events: list[dict[str, Any]], folder: Path) -> Stored:
     settings = Settings(database_url=database.url, rules_dir=RULES, alerts_config=folder / "alerts.yaml",
                         rules_poll_seconds=0)
     core = Gpuslo(settings, database, Metrics())
-    core.reload_rulebooks()
+    core.rulebooks.reload()
     core.runtime.start()
     try:
         # Chunks of 100 events (20 s of event time), each evaluated before the next: the embedded engine stores a

@@ -13,13 +13,13 @@ from fleet_support import RULES, wait_for
 from gpuslo.cli.agent_bus import BusShipper
 from gpuslo.cli.serve import FleetReplica
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.events import parse_event
 from gpuslo.engine.fleet.bus import Bus, BusError
 from gpuslo.engine.fleet.ownership import Ownership
 from gpuslo.engine.fleet.publish import UNROUTED, Publisher
 from gpuslo.engine.fleet.routing import RoutingTable
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store.db import Database
 from gpuslo.probes.shipper import ShipperConfig
 from gpuslo.probes.spool import Spool

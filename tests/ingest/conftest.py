@@ -34,7 +34,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture
 def start_server(database_url: str) -> Iterator[Callable[..., Live]]:
     """Starts the real server (shipped rulebooks) on the test database; `start_server(**settings)`."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     running: list[tuple[object, threading.Thread, Gpuslo]] = []
 

@@ -14,7 +14,7 @@ from slo_support import RULEBOOK
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.events import format_time
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.slo import figures
 from gpuslo.engine.slo.backfill import backfill
 from gpuslo.engine.slo.model import LOOKBACKS
@@ -44,7 +44,7 @@ def test_backfills_while_the_service_ingests_count_every_request_once(database, 
     (rules / "slo-test.yaml").write_text(RULEBOOK.format(window="28d", target=0.99, extra=""))
     core = Gpuslo.open(Settings(database_url=database.url, rules_dir=rules, rules_poll_seconds=0))
     try:
-        (sli,) = core.slis()
+        (sli,) = core.slos.slis()
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
         items = _requests(3000, start)
         sent, statuses = threading.Event(), []
@@ -69,7 +69,7 @@ def test_backfills_while_the_service_ingests_count_every_request_once(database, 
         with core.database.session(readonly=True) as session:
             fast = figures.figures(session, [sli])
             assert figures.as_mapping(fast) == figures.as_mapping(figures.recount(session, [sli]))
-        groups = {g.group["endpoint"]: g for g in core.slo_groups()}
+        groups = {g.group["endpoint"]: g for g in core.slos.groups()}
         now = fast["itl"][0]
         assert set(groups) == {"/v1/chat", "/v1/embed"}
         assert sum(g.total for g in groups.values()) == len(items)

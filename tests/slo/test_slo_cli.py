@@ -11,7 +11,7 @@ from sqlalchemy import delete
 
 from gpuslo.cli.main import main
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloDayRow, SloHourRow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def _cli(database, *args):
 
 def test_list_and_backfill_restore_the_same_figures(database):
     core = _replay(database)
-    before = [g.to_dict(causes=True) for g in (core.slo_group(g.id) for g in core.slo_groups())]
+    before = [g.to_dict(causes=True) for g in (core.slos.group(g.id) for g in core.slos.groups())]
     core.close()
     listing = _cli(database, "list").stdout.splitlines()
     assert any(line.startswith("token-latency~") and "8 bad of 19" in line for line in listing)
@@ -46,7 +46,7 @@ def test_list_and_backfill_restore_the_same_figures(database):
     _cli(database, "backfill", "token-latency")  # again: replaces, never adds
     core = Gpuslo.open(Settings(database_url=database.url, rules_dir=ROOT / "rules", rules_poll_seconds=0))
     try:
-        after = [g.to_dict(causes=True) for g in (core.slo_group(g.id) for g in core.slo_groups())]
+        after = [g.to_dict(causes=True) for g in (core.slos.group(g.id) for g in core.slos.groups())]
     finally:
         core.close()
     assert after == before
@@ -60,7 +60,7 @@ def test_backfill_names_an_unknown_slo(database):
 
 def test_a_restarted_core_starts_from_the_stored_buckets(database):
     core = _replay(database)
-    (itl,) = [g for g in core.slo_groups() if g.sli.slo_id == "token-latency"]
+    (itl,) = [g for g in core.slos.groups() if g.sli.slo_id == "token-latency"]
     core.close()
     restarted = Gpuslo.open(Settings(database_url=database.url, rules_dir=ROOT / "rules", rules_poll_seconds=0))
     try:

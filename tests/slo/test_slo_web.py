@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.service import Gpuslo
+from gpuslo.engine.core import Gpuslo
 from gpuslo.web import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_api_lists_every_group_with_brute_force_figures(replayed):
 
 def test_detail_names_the_causes(replayed):
     core, _items, client = replayed
-    (itl,) = [g for g in core.slo_groups() if g.sli.slo_id == "token-latency"]
+    (itl,) = [g for g in core.slos.groups() if g.sli.slo_id == "token-latency"]
     body = client.get(f"/api/v1/slos/{itl.id}", environ_base=LOOPBACK).get_json()
     rules = {c["rule_id"] for c in body["causes"]}
     assert {"fragmentation-high", "fragmentation-then-stall", "token-stall"} <= rules
@@ -67,7 +67,7 @@ def test_detail_names_the_causes(replayed):
 
 def test_pages_and_metrics(replayed):
     core, _items, client = replayed
-    (itl,) = [g for g in core.slo_groups() if g.sli.slo_id == "token-latency"]
+    (itl,) = [g for g in core.slos.groups() if g.sli.slo_id == "token-latency"]
     listing = client.get("/slos", environ_base=LOOPBACK).get_data(as_text=True)
     assert "<meter" in listing and "token-latency-burn-page" in listing and "fragmentation-high" in listing
     detail = client.get(f"/slos/{itl.id}", environ_base=LOOPBACK).get_data(as_text=True)
@@ -75,7 +75,7 @@ def test_pages_and_metrics(replayed):
     # The CSP allows neither inline styles nor inline scripts: only scripts from /static and JSON data blocks.
     scripts = re.findall(r"<script([^>]*)>", detail)
     assert "style=" not in detail and all('src="/static/' in a or 'type="application/json"' in a for a in scripts)
-    cause = core.slo_group(itl.id).causes[0]
+    cause = core.slos.group(itl.id).causes[0]
     page = client.get(f"/violations/{cause.violation_id}", environ_base=LOOPBACK).get_data(as_text=True)
     assert 'id="budget-cost"' in page and f"{cause.bad} bad requests" in page
     metrics = client.get("/metrics", environ_base=LOOPBACK).get_data(as_text=True)

@@ -22,9 +22,9 @@ from sqlalchemy import create_engine, event, text, update
 from sqlalchemy.engine import make_url
 
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.errors import ConfigError, StoreError
 from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import audit, retention
 from gpuslo.engine.store.access_models import AuditRow
 from gpuslo.engine.store.audit import AuditFilter

@@ -31,7 +31,7 @@ def fake_client(fake_core: FakeCore) -> FlaskClient:
 @pytest.fixture
 def core(database: Database, tmp_path: Path) -> Iterator[Any]:
     """The real Gpuslo core on the test database, with an empty rules folder (the API tests need no rule)."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     rules_dir = tmp_path / "rules"
     rules_dir.mkdir()

@@ -143,7 +143,7 @@ def test_proxy_header_mode(core):
 
 
 def test_ingest_rate_limit_per_token(database, tmp_path):
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     rules = tmp_path / "rules"
     rules.mkdir()

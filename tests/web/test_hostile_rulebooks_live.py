@@ -44,7 +44,7 @@ def rulebook(name: str, rules: dict[str, str], version: str = "1") -> str:
 @contextmanager
 def serving(database: Database, rules_dir: Path, **settings: Any) -> Iterator[tuple[str, Any]]:
     """The real app and core on `database`, served on a free loopback port; yields its URL and the core."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     core = Gpuslo.open(app_settings(database, rules_dir, **settings))
     http = make_server("127.0.0.1", 0, create_app(core.settings, core=core), threaded=True)

@@ -17,9 +17,9 @@ from access_support import CSRF, act_as
 from web_support import app_settings, seed_violation
 
 from gpuslo.engine.alerts import DeliveryPolicy, DeliveryWorker, enqueue_for_match
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.events import parse_event
 from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import audit, outbox
 from gpuslo.engine.store.audit import AuditFilter
 from gpuslo.engine.store.db import Database

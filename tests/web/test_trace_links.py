@@ -11,8 +11,8 @@ import pytest
 from werkzeug.serving import make_server
 
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.errors import ConfigError
-from gpuslo.engine.service import Gpuslo
 from gpuslo.web import create_app
 from gpuslo.web.trace_links import check_template
 

@@ -108,7 +108,7 @@ def test_static_files_are_served(client, url):
 @pytest.fixture
 def rules_client(database, tmp_path):
     """An app whose rules folder holds the shipped memory rulebook and one broken rulebook."""
-    from gpuslo.engine.service import Gpuslo
+    from gpuslo.engine.core import Gpuslo
 
     rules_dir = tmp_path / "rules"
     rules_dir.mkdir()

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
+from sqlalchemy import text
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.engine_health import EngineHealth
@@ -18,6 +19,7 @@ from gpuslo.engine.errors import EventError, FieldProblem
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics_http import HttpMetrics
+from gpuslo.engine.services.accounts import Accounts
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.views import ViolationView
@@ -37,6 +39,9 @@ class FakeCore:
     def __post_init__(self) -> None:
         self.database = Database("sqlite:///:memory:")
         self.database.upgrade()  # the access layer reads users and tokens (none: bootstrap mode on loopback)
+        self.accounts = Accounts(self.database)
+        self.rulebooks = SimpleNamespace(status=lambda: SimpleNamespace(
+            rulebooks=(), problems=(), loaded_at=datetime(2025, 1, 1, tzinfo=UTC)))
         registry = CollectorRegistry()
         self.metrics = SimpleNamespace(
             registry=registry,
@@ -67,8 +72,10 @@ class FakeCore:
                 results.append(IngestResult(index, event.id, CONFLICT, (problem,)))
         return IngestReport(tuple(results))
 
-    def rulebook_status(self) -> SimpleNamespace:
-        return SimpleNamespace(rulebooks=(), problems=(), loaded_at=datetime(2025, 1, 1, tzinfo=UTC))
+    def ping_database(self) -> bool:
+        with self.database.session() as session:
+            session.execute(text("SELECT 1"))
+        return True
 
     def engine_health(self) -> EngineHealth:
         return EngineHealth(True)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from flask import Blueprint, render_template, request
 from werkzeug.datastructures import MultiDict
 
-from gpuslo.engine.store import audit
 from gpuslo.engine.store.audit import AuditFilter
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
@@ -69,7 +68,6 @@ def audit_query(args: MultiDict[str, str], default_page_size: int) -> AuditQuery
 @audit_ui.get("/audit")
 def audit_page() -> str:
     query = audit_query(request.args, current_core().settings.page_size)
-    with current_core().database.session(readonly=True) as session:
-        page = audit.list_audit(session, query.filters, page=query.page, page_size=query.page_size)
+    page = current_core().accounts.audit_page(query.filters, page=query.page, page_size=query.page_size)
     export_args = {k: v for k, v in request.args.items() if k not in ("page", "page_size", "format") and v.strip()}
     return render_template("audit.html", page=page, args=request.args, export_args=export_args)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from flask import Blueprint, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response
 
 from gpuslo.engine.access import check_password
-from gpuslo.engine.store import credentials, web_sessions
 from gpuslo.web.access import current_principal, record_audit, state, throttled_audit
 from gpuslo.web.context import current_core
 from gpuslo.web.csrf import new_csrf_token
@@ -17,10 +14,6 @@ auth = Blueprint("auth", __name__)
 MAX_PASSWORD = 1024
 # Checked when the user is unknown, so a wrong name costs as long as a wrong password (no user enumeration).
 _DUMMY_HASH = "scrypt:32768:8:1$gpuslo$" + "0" * 128
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _safe_next(target: str | None) -> str:
@@ -54,8 +47,7 @@ def _attempt() -> Response | tuple[str, int]:
         page, _ = _form("Too many failed logins; wait a minute and try again.", name=name)
         retry = max(limiter.retry_after(key) for limiter, key in buckets)
         return Response(page, status=429, headers={"Retry-After": str(retry)}, mimetype="text/html")
-    with current_core().database.session(readonly=True) as db:
-        user = credentials.get_user(db, name) if name else None
+    user = current_core().accounts.user(name) if name else None
     good = check_password(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not good or user.disabled_at is not None:
         for limiter, key in buckets:
@@ -64,8 +56,7 @@ def _attempt() -> Response | tuple[str, int]:
         record_audit("login.failed", actor=name or "(empty)", target_type="user", target_id=name or None,
                      detail=reason)
         return _form("Wrong user name or password.", 401, name)
-    with current_core().database.session() as db:
-        sid = web_sessions.start(db, user.name, now=_now(), lifetime_s=state().settings.session_hours * 3600)
+    sid = current_core().accounts.start_session(user.name, lifetime_s=state().settings.session_hours * 3600)
     session.clear()  # a new session on login: nothing from before it survives (session fixation)
     session["user"], session["sid"] = user.name, sid
     session.permanent = True
@@ -79,8 +70,7 @@ def logout() -> Response:
     principal = current_principal()
     sid = session.get("sid")
     if isinstance(sid, str):  # ended server-side: the cookie is worthless from now on, wherever a copy is
-        with current_core().database.session() as db:
-            web_sessions.end(db, sid, now=_now())
+        current_core().accounts.end_session(sid)
     if principal is not None and principal.via == "session":
         record_audit("logout", actor=principal.name, target_type="user", target_id=principal.name)
     session.clear()
