@@ -13,8 +13,8 @@ import pytest
 from slo_support import RULEBOOK
 
 from gpuslo.engine.config import Settings
-from gpuslo.engine.events import format_time
 from gpuslo.engine.core import Gpuslo
+from gpuslo.engine.events import format_time
 from gpuslo.engine.slo import figures
 from gpuslo.engine.slo.backfill import backfill
 from gpuslo.engine.slo.model import LOOKBACKS
