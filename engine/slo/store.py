@@ -64,7 +64,8 @@ def record_sli(session: Session, batch: SliBatch | None, burn_rules: Sequence[st
     session.flush()
     connection = session.connection()
     causes = _causes(connection, batch, burn_rules)
-    minutes, hours = [], {}
+    minutes: list[dict[str, Any]] = []
+    hours: dict[tuple[str, str, int], list[int]] = {}
     for (slo_id, key, minute), counts in batch.deltas.items():
         good, total, attributed = counts[0], counts[1], sum(counts[2:])
         minutes.append({"slo_id": slo_id, "group_key": key, "minute": minute, "good": good, "total": total,
@@ -92,7 +93,7 @@ def stored_buckets(session: Session, sli: Sli) -> Iterable[tuple[str, int, int, 
     first = newest - int(sli.retention_s()) // BUCKET_S
     rows = session.execute(select(_B.group_key, _B.minute, _B.good, _B.total)
                            .where(_B.slo_id == sli.slo_id, _B.minute >= first))
-    return [tuple(row) for row in rows]  # type: ignore[misc]
+    return [tuple(row) for row in rows]
 
 
 def prune(session: Session, slis: Sequence[Sli], now: datetime) -> int:
