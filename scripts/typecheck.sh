@@ -9,4 +9,6 @@ tree=var/typecheck
 rm -rf "$tree" && mkdir -p "$tree/gpuslo"
 ln -s "$root/gpuslo_pkg/__init__.py" "$tree/gpuslo/__init__.py"
 for folder in engine probes cli web migrations; do ln -s "$root/$folder" "$tree/gpuslo/$folder"; done
+# The cache lives beside the tree (which is rebuilt each run), so a second run only rechecks what changed.
+export MYPY_CACHE_DIR="$root/var/mypy-cache"
 cd "$tree" && exec "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p gpuslo.engine "$@"
