@@ -11,8 +11,9 @@ install:  ## system packages (as root) and .venv with the project and its dev to
 run: install  ## serve on SQLite at var/gpuslo.db with rules/ on http://127.0.0.1:8080
 	$(BIN)/gpuslo serve
 
-lint:  ## ruff over the whole tree
+lint:  ## ruff over the whole tree, then mypy --strict over engine/ (scripts/typecheck.sh)
 	$(BIN)/ruff check .
+	./scripts/typecheck.sh
 
 dashboards:  ## regenerate the Grafana dashboards in dashboards/ from dashboards/generate.py
 	$(BIN)/python dashboards/generate.py

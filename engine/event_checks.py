@@ -158,7 +158,7 @@ def values_clean(obj: dict[str, object]) -> bool:
     flat walk over values suffices."""
     for value in obj.values():
         if type(value) is dict:
-            if not all(_clean_scalar(item) for item in value.values()):  # type: ignore[attr-defined]
+            if not all(_clean_scalar(item) for item in value.values()):
                 return False
         elif not _clean_scalar(value):
             return False

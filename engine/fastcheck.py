@@ -11,6 +11,7 @@ a dict lookup and a few inline tests instead of a call per keyword, which is mos
 
 from __future__ import annotations
 
+import functools
 import numbers
 import re
 from collections.abc import Callable, Mapping
@@ -123,8 +124,7 @@ def _emit_members(writer: _Writer, schema: Mapping[str, Any], v: str, depth: int
     for name, sub in properties.items():
         item = writer.variable()
         writer.line(f"{item} = {v}.get({writer.constant(name)}, _MISSING)", depth)
-        writer.block(f"if {item} is not _MISSING", depth,
-                     lambda inner, sub=sub, item=item: _emit(writer, sub, item, inner))
+        writer.block(f"if {item} is not _MISSING", depth, functools.partial(_emit, writer, sub, item))
     known = writer.constant(frozenset(properties))
     extra = schema.get("additionalProperties", True)
     if extra is False:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
+
+# prometheus_client leaves it unannotated; it formats a bucket edge as the text exposition writes `le`.
+_go_string: Callable[[float], str] = floatToGoString
 
 
 class BatchHistogram(Collector):
@@ -44,7 +47,7 @@ class BatchHistogram(Collector):
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
         with self._lock:
             series = {key: list(counts) for key, counts in self._series.items()}
-        edges = [floatToGoString(b) for b in self.buckets] + ["+Inf"]
+        edges = [_go_string(b) for b in self.buckets] + ["+Inf"]
         for key, counts in sorted(series.items()):
             cumulative, running = [], 0.0
             for edge, count in zip(edges, counts[:-1], strict=True):
@@ -81,6 +84,7 @@ class LatestGauges(Collector):
         for index, (name, documentation) in enumerate(self.gauges):
             family = GaugeMetricFamily(name, documentation, labels=self.labels)
             for key, values in latest:
-                if values[index] is not None:
-                    family.add_metric(list(key), values[index])
+                value = values[index]
+                if value is not None:
+                    family.add_metric(list(key), value)
             yield family

@@ -119,4 +119,4 @@ class SignalMetrics:
 
 
 def _number_or_none(value: object) -> float | None:
-    return value if isinstance(value, _NUMBER) and not isinstance(value, bool) else None  # type: ignore[return-value]
+    return value if isinstance(value, _NUMBER) and not isinstance(value, bool) else None

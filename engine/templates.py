@@ -57,7 +57,7 @@ class _Steps(NodeTransformer):
         return _step(node)
 
 
-def _step(node: nodes.Expr) -> nodes.Filter:
+def _step(node: nodes.Node) -> nodes.Filter:  # jinja2 types For.iter as any Node
     return nodes.Filter(node, _STEP, [], [], None, None, lineno=node.lineno)
 
 

@@ -67,13 +67,13 @@ def parse_duration(text: object) -> float:
 def is_byte_literal(text: str) -> bool:
     """True when `text` spells a size (`4KiB`); used by the expression tokenizer."""
     match = _LITERAL.fullmatch(text)
-    return bool(match) and match.group(2) in BYTE_UNITS
+    return match is not None and match.group(2) in BYTE_UNITS
 
 
 def is_duration_literal(text: str) -> bool:
     """True when `text` spells a duration (`250us`)."""
     match = _LITERAL.fullmatch(text)
-    return bool(match) and match.group(2) in DURATION_UNITS
+    return match is not None and match.group(2) in DURATION_UNITS
 
 
 def format_duration(seconds: float) -> str:

@@ -151,7 +151,8 @@ class PartitionRunner:
         """The batch's results in stream order. A result's clears are stored after all of its matches, so an
         event that may clear a violation is evaluated on its own, and a match that follows a clear of its
         violation starts a new result (it must reopen, not fold into what the clear then resolves)."""
-        parts, run = [], []
+        parts: list[EngineResult] = []
+        run: list[Event] = []
         for event in events:
             if event.kind in self._clear_kinds:
                 if run:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from gpuslo.engine.errors import ConfigError
 from gpuslo.engine.events import Event
-from gpuslo.engine.rulebook.model import Rule, Rulebook, SingleEvent, rule_patterns
+from gpuslo.engine.rulebook.model import Absence, Rule, Rulebook, SingleEvent, rule_patterns
 
 SUBJECT_ROOT = "gpuslo.ev"
 FLEET_SPACE = "fleet"  # the key space of rules with an empty key: one partition
@@ -137,6 +137,6 @@ def rulebooks_for(rulebooks: Sequence[Rulebook], space: str) -> tuple[Rulebook, 
 
 def longest_window(rulebooks: Sequence[Rulebook]) -> float:
     """The longest `within`/`for` of the rules: how far back a new owner replays to rebuild window state."""
-    windows = [0.0 if isinstance(r.when, SingleEvent) else getattr(r.when, "within_s", None) or r.when.for_s
-               for rulebook in rulebooks for r in rulebook.rules]
+    windows = [0.0 if isinstance(r.when, SingleEvent) else r.when.for_s if isinstance(r.when, Absence)
+               else r.when.within_s for rulebook in rulebooks for r in rulebook.rules]
     return max(windows, default=0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -45,10 +45,26 @@ class Document:
         return self.marks.get((), Location(self.filename, 1, 1))
 
 
+class _Position(Protocol):
+    """A mark of either of PyYAML's parsers (the pure-Python yaml.Mark or libyaml's)."""
+
+    @property
+    def line(self) -> int: ...
+
+    @property
+    def column(self) -> int: ...
+
+
+def _start(event: yaml.Event) -> _Position:
+    """Where an event starts (the parser marks every event it emits)."""
+    assert event.start_mark is not None
+    return event.start_mark
+
+
 class _Refused(Exception):
     """A node the rulebook loader will not accept (alias, anchor)."""
 
-    def __init__(self, mark: yaml.Mark, message: str):
+    def __init__(self, mark: _Position, message: str):
         super().__init__(message)
         self.mark = mark
         self.message = message
@@ -61,19 +77,19 @@ class _MarkedLoader(yaml.SafeLoader):
     depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves Parser.peek_event bare
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent) and self.depth >= MAX_DEPTH:
-            raise _Refused(event.start_mark, f"nesting deeper than {MAX_DEPTH} levels is not allowed in a rulebook")
+            raise _Refused(_start(event), f"nesting deeper than {MAX_DEPTH} levels is not allowed in a rulebook")
         if isinstance(event, yaml.AliasEvent):
             raise _Refused(
-                event.start_mark,
+                _start(event),
                 f"YAML alias '*{event.anchor}' is not allowed: rulebooks use "
                 "'lists' and 'macros' for reuse (this also rules out alias bombs)",
             )
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
             raise _Refused(
-                event.start_mark,
+                _start(event),
                 f"YAML anchor '&{anchor}' is not allowed: rulebooks use "
                 "'lists' and 'macros' for reuse (this also rules out alias bombs)",
             )
@@ -84,7 +100,7 @@ class _MarkedLoader(yaml.SafeLoader):
             self.depth -= 1
 
 
-def _loc(filename: str, mark: yaml.Mark) -> Location:
+def _loc(filename: str, mark: _Position) -> Location:
     return Location(filename, mark.line + 1, mark.column + 1)
 
 
@@ -112,6 +128,7 @@ class _Converter:
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.ScalarNode)  # the composer makes only mappings, sequences and scalars
         self.styles[path] = node.style
         if node.start_mark.line != node.end_mark.line or node.style in ("|", ">"):
             self.multiline.add(path)

@@ -67,7 +67,7 @@ def record_sli(session: Session, batch: SliBatch | None, burn_rules: Sequence[st
     session.flush()
     connection = session.connection()
     causes = _causes(connection, batch, burn_rules)
-    minutes = []
+    minutes: list[dict[str, Any]] = []
     rollups: list[dict[tuple[str, str, int], list[int]]] = [{} for _ in ROLLUPS]
     for (slo_id, key, minute), counts in batch.deltas.items():
         good, total, attributed = counts[0], counts[1], sum(counts[2:])

@@ -64,8 +64,9 @@ class AuditFilter:
 def _jsonable(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
-    return json.loads(json.dumps(dict(value), default=lambda v: format_time(v) if isinstance(v, datetime)
-                                 else str(v)))
+    plain: dict[str, Any] = json.loads(json.dumps(dict(value), default=lambda v: format_time(v)
+                                                  if isinstance(v, datetime) else str(v)))
+    return plain
 
 
 @store_operation

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.events import Event, parse_event
@@ -66,7 +66,7 @@ def event_series(session: Session, kinds: Sequence[str], *, host: str | None = N
                  since: datetime | None = None, until: datetime | None = None,
                  limit: int = SERIES_LIMIT) -> EventSeries:
     """Events of `kinds` on a host (and GPU), oldest first; the newest `limit` when more match."""
-    conditions = [EventRow.kind.in_(list(kinds))]
+    conditions: list[ColumnElement[bool]] = [EventRow.kind.in_(list(kinds))]
     if host is not None:
         conditions.append(EventRow.host == host)
     if gpu is not None:

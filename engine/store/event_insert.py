@@ -85,7 +85,8 @@ def _insert_sqlite(session: Session, batch: Sequence[NewEvent], received_at: dat
 
 def _postgresql_insert() -> TextClause:
     """INSERT ... SELECT FROM unnest(one array per column) ON CONFLICT DO NOTHING RETURNING the ids added."""
-    table, dialect = EventRow.__table__, postgresql.dialect()
+    # SQLAlchemy leaves its dialects' constructors unannotated.
+    table, dialect = EventRow.__table__, postgresql.dialect()  # type: ignore[no-untyped-call]
     arrays = [name for name in EVENT_COLUMNS if name != "received_at"]
     casts = ", ".join(f"CAST(:{name} AS {table.c[name].type.compile(dialect)}[])" for name in arrays)
     received = f"CAST(:received_at AS {table.c.received_at.type.compile(dialect)})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -72,6 +73,9 @@ class UTCDateTime(TypeDecorator[datetime]):
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+    if TYPE_CHECKING:
+        # Every model maps one Table (DeclarativeBase allows any FromClause), so insert/update/delete take it.
+        __table__: ClassVar[Table]
 
 
 class EventRow(Base):

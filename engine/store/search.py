@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import ColumnElement, or_
+from sqlalchemy.orm import QueryableAttribute
 
 from gpuslo.engine.store.models import ViolationRow
 from gpuslo.engine.store.views import ViolationFilter
@@ -17,7 +16,7 @@ def like_literal(text: str) -> str:
     return text.replace(_ESCAPE, _ESCAPE * 2).replace("%", _ESCAPE + "%").replace("_", _ESCAPE + "_")
 
 
-def exact_or_prefix(column: Any, value: str) -> ColumnElement[bool]:
+def exact_or_prefix(column: QueryableAttribute[str | None], value: str) -> ColumnElement[bool]:
     """`value` exactly, or every value starting with it when it ends in `*` (`bulk*` finds `bulk-07`)."""
     if value.endswith("*"):
         return column.like(like_literal(value[:-1]) + "%", escape=_ESCAPE)
