@@ -275,22 +275,20 @@ def _stored(pending: Sequence[Pending], evaluated: Sequence[poison.Quarantined],
 
 
 def _advance(session: Session, pending: Sequence[Pending], owner: str, now: datetime) -> list[Event]:
-    """Move each partition to its new offset (LostPartition if another owner wrote it) and store the batches'
-    events (the event log and the evidence rows' targets); the events."""
+    """Move each partition to its new offset (LostPartition if another owner wrote it); the batches' events."""
     for item in pending:
         if not offsets.advance(session, item.runner.partition.name, item.runner.offset.version, item.offset, owner,
                                now):
             raise LostPartition(item.runner)
-    events = [event for item in pending for event in item.events]
-    if events:
-        repository.store_events(session, events, now=now)
-    return events
+    return [event for item in pending for event in item.events]
 
 
 def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify) -> list[poison.Quarantined]:
     """The batches whole; the events whose evaluation raised are stored with their error and come back."""
     now = datetime.now(UTC)
     events = _advance(session, pending, owner, now)
+    if events:
+        repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
     results = _in_order([result for item in pending for result in item.results])
     for result in results:
         write_output(session, result, now, notify)
@@ -302,11 +300,13 @@ def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Not
 
 def _write_in_parts(session: Session, item: Pending, owner: str,
                     notify: Notify) -> tuple[list[poison.Quarantined], list[poison.Quarantined]]:
-    """One partition's batch, one match or clear at a time; (quarantined at evaluation, quarantined now)."""
+    """One partition's batch, one match or clear at a time (and its events one at a time if storing them all
+    fails); (quarantined at evaluation, quarantined now: an event whose row is refused has none to mark)."""
     now = datetime.now(UTC)
     events = _advance(session, [item], owner, now)
+    refused = poison.store_events(session, events, now) if events else []
     results = _in_order(item.results)
-    bad = poison.write_in_parts(session, results, events, now, notify)
+    bad = poison.once([*refused, *poison.write_in_parts(session, results, events, now, notify)])
     repository.mark_processed(session, [e.id for e in events], now)
     evaluated = poison.evaluation_quarantined(results)
     poison.quarantine(session, [*evaluated, *bad], now)

@@ -32,6 +32,26 @@ def database_answers(database: Database) -> bool:
     return True
 
 
+def store_events(session: Session, events: Sequence[Event], now: datetime) -> list[Quarantined]:
+    """Store the events in one savepoint, or, when that fails, each in its own: the events whose row the database
+    refuses come back with the error (there is no row to keep it in: it is logged and counted)."""
+    try:
+        with session.begin_nested():
+            repository.store_events(session, events, now=now)
+        return []
+    except Exception:  # noqa: BLE001  # one of them is refused: find which
+        log.exception("storing %d events of a partition batch failed; storing them one at a time", len(events))
+    refused = []
+    for event in events:
+        try:
+            with session.begin_nested():
+                repository.store_events(session, [event], now=now)
+        except Exception as exc:  # noqa: BLE001
+            log.error("event %r: the database refuses its row; it is dropped: %s", event.id, exc)
+            refused.append((event, f"storing it failed: {type(exc).__name__}: {exc}"[:2000]))
+    return refused
+
+
 def write_in_parts(session: Session, results: Sequence[EngineResult], events: Sequence[Event], now: datetime,
                    notify: Notify) -> list[Quarantined]:
     """Write each match, then each clear, of `results` in its own savepoint; the events a failing part was made
@@ -62,8 +82,12 @@ def quarantine(session: Session, quarantined: Sequence[Quarantined], now: dateti
 
 def evaluation_quarantined(results: Sequence[EngineResult]) -> list[Quarantined]:
     """The events whose evaluation raised, once each, in stream order."""
+    return once([item for result in results for item in result.quarantined])
+
+
+def once(quarantined: Sequence[Quarantined]) -> list[Quarantined]:
+    """Each event once, with its first error."""
     seen: dict[str, Quarantined] = {}
-    for result in results:
-        for event, error in result.quarantined:
-            seen.setdefault(event.id, (event, error))
+    for event, error in quarantined:
+        seen.setdefault(event.id, (event, error))
     return list(seen.values())

@@ -29,7 +29,7 @@ from gpuslo.engine.fleet.worker import Worker, WorkerSettings
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.engine.store import batch
+from gpuslo.engine.store import batch, repository
 from gpuslo.engine.store.db import Database
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
@@ -146,6 +146,31 @@ def test_an_event_whose_evaluation_raises_is_stored_with_its_error_and_the_strea
     assert _metric(metrics, "gpuslo_events_quarantined_total", stage="evaluate") == 1
     assert _metric(metrics, "gpuslo_events_quarantined_total", stage="store") == 0
     assert _metric(metrics, "gpuslo_engine_errors_total", reason="store") == 0
+
+
+def test_an_event_whose_row_the_database_refuses_is_dropped_alone_and_the_stream_goes_on(
+        bus: Bus, fleet_database: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = repository.store_events
+
+    def store_events(session: Session, events: Any, **kwargs: Any) -> Any:
+        if any(e.id == "poison-row" for e in events):
+            session.execute(text("SELECT 1 / 0"))
+        return original(session, events, **kwargs)
+
+    monkeypatch.setattr(repository, "store_events", store_events)
+    metrics = Metrics()
+    events = _stream(hosts=4, rounds=2, poison="poison-row", poison_round=1)
+    with _running(bus, fleet_database, metrics) as worker:
+        _publish(bus, events)
+        wait_for(lambda: caught_up(bus, fleet_database, worker.table), 60, "the partitions move past the poison")
+    good = [e for e in events if e["id"] != "poison-row"]
+    with fleet_database.engine.connect() as connection:
+        stored = dict(connection.execute(text("SELECT id, error FROM events")).tuples().all())
+        violations = dict(connection.execute(text(
+            "SELECT group_key, occurrences FROM violations WHERE rule_id = 'xid-fallen-off-bus'")).tuples().all())
+    assert stored == {e["id"]: None for e in good}  # no row for the refused one: nothing to keep its error in
+    assert violations == {f"host=node-{h},gpu=0": 2 for h in range(4)}  # its match cites a missing row: refused
+    assert _metric(metrics, "gpuslo_events_quarantined_total", stage="store") == 1
 
 
 class _Proxy:
