@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import EventError, GpusloError
 from gpuslo.engine.events import Event, parse_event
-from gpuslo.engine.fleet import offsets
+from gpuslo.engine.fleet import offsets, poison
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
 from gpuslo.engine.fleet.routing import Partition, longest_window
@@ -70,7 +70,7 @@ class PartitionRunner:
         self._notify = notify
         self._metrics = metrics
         self._settings = settings
-        self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics)
+        self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics, isolate_events=True)
         self.evaluator.load(self._rulebooks)
         self._clear_kinds = frozenset(r.lifecycle.resolve_when.kind for rb in self._rulebooks for r in rb.rules
                                       if r.lifecycle.resolve_when is not None)
@@ -173,20 +173,23 @@ class PartitionRunner:
 
 def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
     """Merge consecutive results into as few as keep stream order: a new one starts only where a match follows
-    a clear of the same rule and group key. Events are left out (the batch marks them processed once)."""
+    a clear of the same rule and group key. Events are left out (the batch marks them processed once); the
+    events whose evaluation raised are kept, each in the result its part merged into."""
     merged: list[EngineResult] = []
     matches: list[Match] = []
     clears: list[Clear] = []
+    quarantined: list[tuple[Event, str]] = []
     cleared: set[tuple[str, str]] = set()
     for part in parts:
         if cleared and any((m.rule_id, m.group_key) in cleared for m in part.matches):
-            merged.append(EngineResult((), tuple(matches), tuple(clears)))
-            matches, clears, cleared = [], [], set()
+            merged.append(EngineResult((), tuple(matches), tuple(clears), quarantined=tuple(quarantined)))
+            matches, clears, quarantined, cleared = [], [], [], set()
         matches += part.matches
         clears += part.clears
+        quarantined += part.quarantined
         cleared.update((c.rule_id, c.group_key) for c in part.clears)
-    if matches or clears:
-        merged.append(EngineResult((), tuple(matches), tuple(clears)))
+    if matches or clears or quarantined:
+        merged.append(EngineResult((), tuple(matches), tuple(clears), quarantined=tuple(quarantined)))
     return merged
 
 
@@ -194,38 +197,117 @@ def store_batches(database: Database, pending: Sequence[Pending], owner: str, no
                   metrics: Metrics) -> list[PartitionRunner]:
     """Store the batches of several partitions in one transaction, each with its new offset, until stored (the
     windows already hold their events: evaluating again would feed them twice). A partition another owner wrote
-    meanwhile is left out and returned (lost); the others are stored without it."""
-    waiting, lost = list(pending), []
-    delay = 0.2
+    meanwhile is left out and returned (lost); the others are stored without it. After two failures, if the
+    database answers, the batches are stored one partition at a time, and a partition's batch that alone fails
+    one match or clear at a time (poison.py): the events of a part that fails are quarantined and the partition
+    moves past them. While the database does not answer, nothing is poison: the batches are retried whole."""
+    waiting, lost = list(pending), list[PartitionRunner]()
+    delay, failures = 0.2, 0
     while waiting:
-        try:
-            with database.session(rederivable=True) as session:
-                _write(session, waiting, owner, notify)
-        except LostPartition as exc:
-            lost.append(exc.runner)
-            waiting = [p for p in waiting if p.runner is not exc.runner]
-            continue
-        except GpusloError:
-            log.exception("storing %d partition batches failed; retrying in %.1fs", len(waiting), delay)
-            metrics.engine_errors.labels("store").inc()
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            continue
-        for item in waiting:
-            item.runner.offset = item.offset
-        break
+        if failures >= 2 and poison.database_answers(database):
+            waiting = _store_each(database, waiting, owner, notify, metrics, lost)
+            if not waiting:
+                break
+        else:
+            try:
+                with database.session(rederivable=True) as session:
+                    quarantined = _write(session, waiting, owner, notify)
+            except LostPartition as exc:
+                lost.append(exc.runner)
+                waiting = [p for p in waiting if p.runner is not exc.runner]
+                continue
+            except Exception:  # noqa: BLE001  # any failure: retried, then split if the database answers
+                log.exception("storing %d partition batches failed; retrying in %.1fs", len(waiting), delay)
+                metrics.engine_errors.labels("store").inc()
+                failures += 1
+            else:
+                _stored(waiting, quarantined, [], metrics)
+                break
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
     return lost
 
 
-def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify) -> None:
-    now = datetime.now(UTC)
+def _store_each(database: Database, waiting: Sequence[Pending], owner: str, notify: Notify, metrics: Metrics,
+                lost: list[PartitionRunner]) -> list[Pending]:
+    """Store each partition's batch in its own transaction, and one that fails again in parts; the batches not
+    stored (the database stopped answering meanwhile) come back. Lost partitions are added to `lost`."""
+    remaining = []
+    for item in waiting:
+        try:
+            with database.session(rederivable=True) as session:
+                quarantined = _write(session, [item], owner, notify)
+            _stored([item], quarantined, [], metrics)
+            continue
+        except LostPartition as exc:
+            lost.append(exc.runner)
+            continue
+        except Exception:  # noqa: BLE001
+            log.exception("partition %s: storing its batch alone failed; storing it in parts",
+                          item.runner.partition.name)
+            metrics.engine_errors.labels("store").inc()
+        try:
+            with database.session(rederivable=True) as session:
+                quarantined, bad = _write_in_parts(session, item, owner, notify)
+        except LostPartition as exc:
+            lost.append(exc.runner)
+            continue
+        except Exception:  # noqa: BLE001  # not a part's fault (the offset, the events): retried whole later
+            log.exception("partition %s: storing its batch in parts failed", item.runner.partition.name)
+            metrics.engine_errors.labels("store").inc()
+            remaining.append(item)
+            continue
+        _stored([item], quarantined, bad, metrics)
+    return remaining
+
+
+def _stored(pending: Sequence[Pending], evaluated: Sequence[poison.Quarantined],
+            bad: Sequence[poison.Quarantined], metrics: Metrics) -> None:
+    """After the commit: the partitions move to their new offsets; the quarantined events are counted."""
+    for item in pending:
+        item.runner.offset = item.offset
+    if evaluated:
+        metrics.events_quarantined.labels("evaluate").inc(len(evaluated))
+    if bad:
+        log.error("quarantined %d event(s) whose output could not be stored: %s", len(bad),
+                  ", ".join(event.id for event, _error in bad))
+        metrics.events_quarantined.labels("store").inc(len(bad))
+
+
+def _advance(session: Session, pending: Sequence[Pending], owner: str, now: datetime) -> list[Event]:
+    """Move each partition to its new offset (LostPartition if another owner wrote it); the batches' events."""
     for item in pending:
         if not offsets.advance(session, item.runner.partition.name, item.runner.offset.version, item.offset, owner,
                                now):
             raise LostPartition(item.runner)
-    events = [event for item in pending for event in item.events]
+    return [event for item in pending for event in item.events]
+
+
+def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify) -> list[poison.Quarantined]:
+    """The batches whole; the events whose evaluation raised are stored with their error and come back."""
+    now = datetime.now(UTC)
+    events = _advance(session, pending, owner, now)
     if events:
         repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
-    for result in _in_order([result for item in pending for result in item.results]):
+    results = _in_order([result for item in pending for result in item.results])
+    for result in results:
         write_output(session, result, now, notify)
     repository.mark_processed(session, [e.id for e in events], now)  # an embedded engine never redoes them
+    evaluated = poison.evaluation_quarantined(results)
+    poison.quarantine(session, evaluated, now)
+    return evaluated
+
+
+def _write_in_parts(session: Session, item: Pending, owner: str,
+                    notify: Notify) -> tuple[list[poison.Quarantined], list[poison.Quarantined]]:
+    """One partition's batch, one match or clear at a time (and its events one at a time if storing them all
+    fails); (quarantined at evaluation, quarantined now: an event whose row is refused has none to mark)."""
+    now = datetime.now(UTC)
+    events = _advance(session, [item], owner, now)
+    refused = poison.store_events(session, events, now) if events else []
+    results = _in_order(item.results)
+    bad = poison.once([*refused, *poison.write_in_parts(session, results, events, now, notify)])
+    repository.mark_processed(session, [e.id for e in events], now)
+    evaluated = poison.evaluation_quarantined(results)
+    poison.quarantine(session, [*evaluated, *bad], now)
+    return evaluated, bad
