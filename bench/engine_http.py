@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,13 +67,31 @@ def scratch_postgres() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def expected_matches(rules_dir: Path, items: Sequence[dict[str, Any]]) -> int:
-    """How many matches the engine should record for these events (a fresh evaluator, same order)."""
+def expected_by_rule(rules_dir: Path, items: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """The matches per rule a fresh evaluator records for these events, in their order, in the engine's batches."""
     evaluator = RuleEvaluator()
     good, _problems = load_directory(rules_dir)
     evaluator.load(good)
     events = [workload.to_event(item) for item in items]
-    return sum(len(evaluator.evaluate(events[i:i + 500])) for i in range(0, len(events), 500))
+    counted: Counter[str] = Counter()
+    for i in range(0, len(events), 500):
+        counted.update(match.rule_id for match in evaluator.evaluate(events[i:i + 500]))
+    return dict(counted)
+
+
+def stored_by_rule(core: Gpuslo) -> dict[str, int]:
+    """Stored occurrences per rule."""
+    with core.database.session(readonly=True) as session:
+        rows = session.execute(select(ViolationRow.rule_id, func.sum(ViolationRow.occurrences))
+                               .group_by(ViolationRow.rule_id)).all()
+    return {rule_id: int(total) for rule_id, total in rows}
+
+
+def occurrence_mismatch(stored: dict[str, int], expected: dict[str, int]) -> str:
+    """'' when every rule stored exactly the occurrences of the reference, else which rules differ and how."""
+    wrong = [f"{rule}: stored {stored.get(rule, 0)}, expected {expected.get(rule, 0)}"
+             for rule in sorted(set(stored) | set(expected)) if stored.get(rule, 0) != expected.get(rule, 0)]
+    return "; ".join(wrong)
 
 
 def stored(core: Gpuslo) -> tuple[int, int]:
@@ -113,15 +132,16 @@ def ingest_bodies(database_url: str, rules_dir: Path, bodies: Sequence[bytes], e
         wait_for_engine(core, timeout=max(60.0, events / 200))
         finished = clock()
         violations, occurrences = stored(core)
+        by_rule = stored_by_rule(core)
     return {"events": events, "batch": batch, "seconds": finished - started,
             "events_per_s": events / (finished - started), "ingest_events_per_s": events / (posted - started),
-            "violations": violations, "occurrences": occurrences}
+            "violations": violations, "occurrences": occurrences, "stored_by_rule": by_rule}
 
 
 def ingest_parts(rules_dir: Path, count: int, batch: int = 500) -> dict[str, Any]:
     """(c) on SQLite and on PostgreSQL with the same events."""
     items = workload.mixed(count, prefix="http", seed=11)
-    expected = expected_matches(rules_dir, items)
+    expected = expected_by_rule(rules_dir, items)
     bodies = encode(items, batch)
     # The server's garbage collector would scan the workload's dicts too (a cost no real server has); the
     # bodies are bytes, which it does not track.
@@ -136,7 +156,9 @@ def ingest_parts(rules_dir: Path, count: int, batch: int = 500) -> dict[str, Any
     except psycopg.OperationalError as exc:
         out["postgresql"] = {"error": f"PostgreSQL unavailable: {str(exc).splitlines()[0]}"}
     for part in out.values():
-        part["expected_matches"] = expected
+        part["expected_matches"] = sum(expected.values())
+        if "stored_by_rule" in part:
+            part["mismatch"] = occurrence_mismatch(part["stored_by_rule"], expected)
     return out
 
 
@@ -151,6 +173,7 @@ def latency_part(rules_dir: Path, seconds: float, stream: str = "incidents", rat
     violation each event raised. `stream`: "incidents" (every event raises one) or "fleet" (the mixed stream)."""
     count = int(seconds * rate)
     items = workload.incidents(count) if stream == "incidents" else workload.mixed(count, prefix="lat", seed=5)
+    expected = expected_by_rule(rules_dir, items)
     bodies = [json.dumps(items[i:i + per_post]).encode() for i in range(0, len(items), per_post)]
     done: dict[str, float] = {}
     raised: set[str] = set()
@@ -175,10 +198,12 @@ def latency_part(rules_dir: Path, seconds: float, stream: str = "incidents", rat
         sent = send(start)
         wait_for_engine(core, timeout=max(120.0, len(items) / 50))
         violations, occurrences = stored(core)
+        by_rule = stored_by_rule(core)
     if len(done) != len(items):
         raise RuntimeError(f"only {len(done)} of {len(items)} events reached the sink")
     latencies = [(done[i] - scheduled[i]) * 1000 for i in raised]
     return {"stream": stream, "events": len(items), "raising": len(latencies), "target_rate": rate,
             "per_post": per_post, "achieved_rate": len(items) / (sent - start),
             "p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
-            "violations": violations, "occurrences": occurrences}
+            "violations": violations, "occurrences": occurrences, "expected_matches": sum(expected.values()),
+            "mismatch": occurrence_mismatch(by_rule, expected)}

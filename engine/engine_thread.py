@@ -65,10 +65,13 @@ class Runtime:
         self._thread.start()
 
     def submit(self, events: Sequence[Event]) -> int:
-        """Queue events; those that do not fit stay in the database and are read back later. Returns queued."""
+        """Queue events in arrival order; those that do not fit stay in the database and are read back in order,
+        and nothing is queued past them until then (it would be evaluated first). Returns how many were queued."""
         queued = 0
         with self._lock:
             for event in events:
+                if self._backlog:  # stored events wait for the refill: this one is stored and is read after them
+                    break
                 if event.id in self._queued or event.id in self._recent:
                     continue
                 try:
@@ -142,7 +145,7 @@ class Runtime:
                 self._metrics.engine_restarts.inc()
                 self.health_state.crashed(f"{type(exc).__name__}: {exc}"[:500])
                 with self._lock:
-                    self._backlog = self._refill is not None  # what it held is read back from the database
+                    self._read_back_from_database()  # what it held is read back from the database
                     self._busy.clear()
                 if self._stop.wait(delay):
                     return
@@ -173,7 +176,7 @@ class Runtime:
                 log.exception("engine batch failed; its events will be retried from the database")
                 self._metrics.engine_errors.labels("batch").inc()
                 with self._lock:
-                    self._backlog = self._refill is not None
+                    self._read_back_from_database()
                 self._stop.wait(1.0)
             finally:
                 with self._lock:
@@ -181,6 +184,18 @@ class Runtime:
                     self._metrics.engine_queue_depth.set(self._queue.qsize())
                     self._busy.clear()
                 busy_s = time.perf_counter() - started
+
+    def _read_back_from_database(self) -> None:
+        """After a failure: evaluate from the stored events, oldest first. The queue's events are stored too and
+        are dropped here, or they would be evaluated before the older events of the failed batch."""
+        if self._refill is None:
+            return
+        self._backlog = True
+        while True:
+            try:
+                self._queued.discard(self._queue.get_nowait().id)
+            except queue.Empty:
+                return
 
     def _deliver(self, result: EngineResult) -> None:
         """Hand a result to the sink until it is stored: re-evaluating the events instead would feed the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -26,6 +25,7 @@ from gpuslo.engine.event_checks import (
     values_clean,
 )
 from gpuslo.engine.fastcheck import compile_check
+from gpuslo.engine.once import computed_once
 
 SCHEMA_ID = "https://gpuslo.dev/schema/event.json"
 
@@ -254,7 +254,7 @@ class Event:
             return self.labels.get(name[len("labels."):])
         return self.attrs.get(name)
 
-    @functools.cached_property
+    @computed_once
     def timestamp(self) -> float:
         """Event time as seconds since the epoch (computed once: windows compare it many times per event)."""
         return self.time.timestamp()

@@ -187,18 +187,25 @@ def _marked(value: Any) -> Any:
     return value if problem is None else BadLine(None, problem)
 
 
+def _identity(value: Any) -> Any:
+    return value
+
+
 def parse_json_body(raw: bytes) -> Body:
     """One event object or an array of items; 400 with line and column when the JSON is malformed. An item
     with a repeated key is refused on its own (orjson keeps the last value silently: counting keys tells)."""
     value = _fast_loads(raw) if _exact_with_orjson(raw) else _UNDECODED
     if value is not _UNDECODED and len(_KEY_ENDS_BYTES.findall(raw)) != _count_keys(value):
         value = _UNDECODED
+    # orjson's value with as many keys as the text has key ends repeats no key: only the stdlib path marks
+    # objects that do (_pairs), so only its items need the walk that finds them (~7 % of a POST's CPU).
+    mark = _identity if value is not _UNDECODED else _marked
     if value is _UNDECODED:
         value = _stdlib_json(raw)
     if isinstance(value, dict):
-        return Body((_marked(value),), single=True)
+        return Body((mark(value),), single=True)
     if isinstance(value, list):
-        return Body(tuple(_marked(item) for item in value))
+        return Body(tuple(map(mark, value)))
     raise RequestError(400, "bad_body", "body must be one event object or an array of events, "
                        f"not a JSON {type(value).__name__}")
 

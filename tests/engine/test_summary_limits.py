@@ -111,3 +111,14 @@ def test_a_template_that_uses_up_its_budget_is_not_rendered_again(make_event: Ca
     for _ in range(10):
         assert renderer.render(rule, make_event(), {"host": "node-a"}) == "Title (host=node-a)"
     assert len(calls) == 3  # COSTLY_STRIKES: then the default text without rendering
+
+
+def test_a_render_that_burns_cpu_in_few_steps_is_refused_at_the_cpu_deadline() -> None:
+    """Under MAX_STEPS but each step costly (a 30,000-piece split): the CPU deadline, read every few steps,
+    stops it, and a summary of a few steps never reads the clock (engine/template_limits.py, Budget)."""
+    env = summary_environment()
+    burner = "{% for i in range(1500) %}{{ ('ab' * 30000).split('a') | length }}{% endfor %}"
+    with pytest.raises(RenderRefused, match="of CPU") as refused:
+        env.render(burner, CONTEXT)
+    assert refused.value.costly
+    assert env.render("{{ group.host }} {{ event.attrs.requested_bytes|bytes }}", CONTEXT) == "node-a 2.00 GiB"
