@@ -19,10 +19,10 @@ from engine_support import T0
 from sqlalchemy import func, select
 
 from gpuslo.engine.config import Settings
+from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.events import format_time, parse_event
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
-from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.models import ViolationRow
 
