@@ -57,9 +57,9 @@ from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.durability import check_durability
 from gpuslo.engine.store.outbox import NotificationView
+from gpuslo.engine.store.read_models import SilenceView, ViolationView
 from gpuslo.engine.store.receivers import ReceiverHealth
 from gpuslo.engine.store.rows import ENGINE_ACTOR
-from gpuslo.engine.store.views import SilenceView, ViolationView
 
 log = logging.getLogger(__name__)
 _REFILL = 500

@@ -7,7 +7,7 @@ from flask import Blueprint, Response, jsonify, render_template
 from gpuslo.engine.slo.model import LOOKBACKS
 from gpuslo.engine.slo.report import SloGroup
 from gpuslo.engine.store import repository
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.slo_chart import burn_chart

@@ -16,7 +16,7 @@ from gpuslo.engine.alerts.notification import Notification, dedup_key_for, viola
 from gpuslo.engine.alerts.routing import AlertsConfig, Target, inhibited_by, route
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store import outbox, silences
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 
 # Given the session, the violation and now: why it is silenced, or None. Default: the stored silences.
 SilenceCheck = Callable[[Session, ViolationView, datetime], str | None]

@@ -4,7 +4,7 @@ from gpuslo.engine.store import access_models as _access_models  # noqa: F401  (
 from gpuslo.engine.store import fleet_models as _fleet_models  # noqa: F401  (fleet partition offsets)
 from gpuslo.engine.store import outbox_models as _outbox_models  # noqa: F401  (registers the outbox tables)
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import (
+from gpuslo.engine.store.read_models import (
     EventFilter,
     HistoryEntry,
     Page,

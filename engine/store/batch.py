@@ -31,6 +31,7 @@ from gpuslo.engine.store.models import (
     HistoryRow,
     ViolationRow,
 )
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.store.rows import (
     chunks,
     columns_view,
@@ -39,7 +40,6 @@ from gpuslo.engine.store.rows import (
     require_aware,
     store_operation,
 )
-from gpuslo.engine.store.views import ViolationView
 from gpuslo.engine.violations import Match
 
 Pair = tuple[str, str]

@@ -10,8 +10,8 @@ from typing import Protocol
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.store import audit, batch, lifecycle, repository
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.store.rows import ENGINE_ACTOR
-from gpuslo.engine.store.views import ViolationView
 from gpuslo.engine.violations import Clear, Match
 
 Notify = Callable[[Session, ViolationView, datetime], None]

@@ -19,6 +19,7 @@ from gpuslo.engine import incidents
 from gpuslo.engine.errors import InvalidTransition, NotFoundError, StoreError
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store.models import HistoryRow, ViolationRow
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.store.rows import (
     ENGINE_ACTOR,
     append_history,
@@ -30,7 +31,6 @@ from gpuslo.engine.store.rows import (
     store_operation,
     violation_view,
 )
-from gpuslo.engine.store.views import ViolationView
 from gpuslo.engine.violations import Clear, Match
 
 MAX_COMMENT = 10_000

@@ -31,6 +31,15 @@ from gpuslo.engine.store.models import (
     RulebookVersionRow,
     ViolationRow,
 )
+from gpuslo.engine.store.read_models import (
+    EventFilter,
+    Page,
+    RulebookVersionView,
+    StoredEvent,
+    ViolationDetail,
+    ViolationFilter,
+    ViolationView,
+)
 from gpuslo.engine.store.rows import (
     append_history,
     chunks,
@@ -41,15 +50,6 @@ from gpuslo.engine.store.rows import (
     violation_view,
 )
 from gpuslo.engine.store.search import violation_conditions
-from gpuslo.engine.store.views import (
-    EventFilter,
-    Page,
-    RulebookVersionView,
-    StoredEvent,
-    ViolationDetail,
-    ViolationFilter,
-    ViolationView,
-)
 from gpuslo.engine.violations import Match
 
 # Rows per INSERT or IN (...) list: well under SQLite's and PostgreSQL's bound-parameter limits.

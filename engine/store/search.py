@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, or_
 
 from gpuslo.engine.store.models import ViolationRow
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 
 _ESCAPE = "\\"
 

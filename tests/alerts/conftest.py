@@ -22,7 +22,7 @@ import pytest
 from gpuslo.engine.events import Event
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -145,7 +145,7 @@ def test_payloads_never_run_in_chromium(server) -> None:
 
 
 def _violation_ids(core: Any) -> list[int]:
-    from gpuslo.engine.store.views import ViolationFilter
+    from gpuslo.engine.store.read_models import ViolationFilter
 
     with core.database.session(readonly=True) as session:
         return [v.id for v in repository.list_violations(session, ViolationFilter(rule_id="xss-rule")).items]

@@ -10,7 +10,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.service import Gpuslo
 from gpuslo.engine.store import audit, repository
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 
 RULES = """\
 - id: frag-high

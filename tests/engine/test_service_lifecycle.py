@@ -10,7 +10,7 @@ from engine_support import rulebook_text
 from gpuslo.engine.config import Settings
 from gpuslo.engine.service import LIFECYCLE_INTERVAL_S, Gpuslo
 from gpuslo.engine.store import repository, silences
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 
 RULES = """\
 - id: itl-slow

@@ -20,7 +20,7 @@ from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, 
 from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 
