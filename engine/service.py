@@ -45,7 +45,6 @@ from gpuslo.engine.slo.model import Sli
 from gpuslo.engine.stall_causes import CLUSTER_INTERVAL_S, StallCauses
 from gpuslo.engine.store import (
     audit,
-    batch,
     charts,
     lifecycle,
     notifications,
@@ -56,10 +55,10 @@ from gpuslo.engine.store import (
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.durability import check_durability
+from gpuslo.engine.store.engine_output import record_result
 from gpuslo.engine.store.outbox import NotificationView
 from gpuslo.engine.store.read_models import SilenceView, ViolationView
 from gpuslo.engine.store.receivers import ReceiverHealth
-from gpuslo.engine.store.rows import ENGINE_ACTOR
 
 log = logging.getLogger(__name__)
 _REFILL = 500
@@ -327,17 +326,7 @@ class Gpuslo:
         # The output of stored events is evaluated again if a power loss drops it (it carries their
         # processed_at), so its commit need not wait for the disk; wall-clock absences alone are not re-derived.
         with self.database.session(rederivable=bool(result.events)) as session:
-            # One statement set per batch; only the changes that notify someone come back as views.
-            for view in batch.record_matches(session, result.matches, now=now, notifying_only=True):
-                self._notify(session, view, now)
-            for view in lifecycle.resolve_cleared(session, result.clears, now):  # after the batch's matches
-                audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
-                             target_id=view.id, after={"status": view.status}, detail="cleared by an event")
-                self._notify(session, view, now)
-            slo_store.record_sli(session, result.sli, self._burn_rules())  # after the matches: they may be causes
-            repository.mark_processed(session, [e.id for e in result.events], now)
-            if result.quarantined:
-                repository.quarantine_events(session, [(e.id, error) for e, error in result.quarantined], now)
+            record_result(session, result, now, self._notify, self._burn_rules())
         if result.quarantined:
             self.metrics.events_quarantined.labels("evaluate").inc(len(result.quarantined))
         for match in result.matches:

@@ -20,7 +20,7 @@ from gpuslo.engine.store.read_models import ViolationView
 
 # Given the session, the violation and now: why it is silenced, or None. Default: the stored silences.
 SilenceCheck = Callable[[Session, ViolationView, datetime], str | None]
-# What a change means for receivers: gpuslo.engine.incidents.Notification's vocabulary.
+# What a change means for receivers: gpuslo.engine.transitions.NotifyKind's vocabulary.
 EVENTS = ("trigger", "repeat", "acknowledge", "resolve")
 
 

@@ -24,7 +24,7 @@ from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.engine_output import Notify, write_output
+from gpuslo.engine.store.engine_output import Notify, record_result
 from gpuslo.engine.violations import Clear, Match
 
 log = logging.getLogger(__name__)
@@ -172,20 +172,27 @@ class PartitionRunner:
 
 def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
     """Merge consecutive results into as few as keep stream order: a new one starts only where a match follows
-    a clear of the same rule and group key. Events are left out (the batch marks them processed once)."""
+    a clear of the same rule and group key. Events are left out (the batch marks them processed once); the
+    quarantined ones are kept.
+
+    SLI counts are left out too: an event reaches one partition per key space that reads its kind, so
+    partitions storing SLIs would count it once per space (and never count kinds no rule reads). Fleet SLIs
+    need a routing of their own (see docs/notes/h12-write.md)."""
     merged: list[EngineResult] = []
     matches: list[Match] = []
     clears: list[Clear] = []
+    quarantined: list[tuple[Event, str]] = []
     cleared: set[tuple[str, str]] = set()
     for part in parts:
         if cleared and any((m.rule_id, m.group_key) in cleared for m in part.matches):
-            merged.append(EngineResult((), tuple(matches), tuple(clears)))
-            matches, clears, cleared = [], [], set()
+            merged.append(EngineResult((), tuple(matches), tuple(clears), quarantined=tuple(quarantined)))
+            matches, clears, quarantined, cleared = [], [], [], set()
         matches += part.matches
         clears += part.clears
+        quarantined += part.quarantined
         cleared.update((c.rule_id, c.group_key) for c in part.clears)
-    if matches or clears:
-        merged.append(EngineResult((), tuple(matches), tuple(clears)))
+    if matches or clears or quarantined:
+        merged.append(EngineResult((), tuple(matches), tuple(clears), quarantined=tuple(quarantined)))
     return merged
 
 
@@ -226,5 +233,5 @@ def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Not
     if events:
         repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
     for result in _in_order([result for item in pending for result in item.results]):
-        write_output(session, result, now, notify)
+        record_result(session, result, now, notify)
     repository.mark_processed(session, [e.id for e in events], now)  # an embedded engine never redoes them

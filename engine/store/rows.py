@@ -16,8 +16,8 @@ from gpuslo.engine.errors import StoreError
 from gpuslo.engine.store.db import describe_error
 from gpuslo.engine.store.models import HistoryRow, SilenceRow, ViolationRow
 from gpuslo.engine.store.read_models import HistoryEntry, SilenceView, ViolationView
+from gpuslo.engine.transitions import ENGINE_ACTOR
 
-ENGINE_ACTOR = "engine"
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")

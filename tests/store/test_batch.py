@@ -1,7 +1,7 @@
-"""The engine's write path leaves the database exactly as the one-at-a-time functions would.
+"""The engine's write path (store.violations.record) folds a batch in memory exactly as one call per item would.
 
-record_matches (one engine batch) is compared with repository.record_match called per match, and a batch of
-clears given to resolve_cleared with one call per clear: everything stored and everything returned.
+A batch of matches is compared with record_match called per match (each reads what the one before wrote), and a
+batch of clears with one call per clear: everything stored and everything returned.
 """
 
 from __future__ import annotations
@@ -21,13 +21,24 @@ from sqlalchemy import select
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event
 from gpuslo.engine.store import Database, lifecycle
-from gpuslo.engine.store.batch import record_matches
 from gpuslo.engine.store.models import EVIDENCE_KEEP_FIRST, EVIDENCE_LIMIT, EvidenceRow, HistoryRow, ViolationRow
-from gpuslo.engine.store.repository import record_match, store_events
+from gpuslo.engine.store.repository import store_events
 from gpuslo.engine.store.rows import violation_fields
+from gpuslo.engine.store.violations import record, record_match
 from gpuslo.engine.violations import Clear, Match
 
 NOW = datetime(2025, 1, 2, tzinfo=UTC)
+
+
+def record_matches(session: Any, matches: Sequence[Match], *, now: datetime,
+                   notifying_only: bool = False) -> list[Any]:
+    """One engine batch of matches; the views it returns."""
+    return [change.view for change in record(session, matches, now=now, notifying_only=notifying_only)]
+
+
+def resolve_cleared(session: Any, clears: Sequence[Clear], now: datetime) -> list[Any]:
+    """One engine batch of clears; the views of the violations they resolved."""
+    return [change.view for change in record(session, clears, now=now)]
 
 
 @dataclass
@@ -79,11 +90,11 @@ def _run(database: Database, events: list[Any], rounds: list[Round], batched: bo
                 getattr(lifecycle, action)(session, row.id, actor="alice", now=round_.now - timedelta(seconds=30))
             if batched:
                 views += record_matches(session, round_.matches, now=round_.now)
-                views += lifecycle.resolve_cleared(session, round_.clears, round_.now)
+                views += resolve_cleared(session, round_.clears, round_.now)
             else:
                 views += [record_match(session, m, now=round_.now) for m in round_.matches]
                 for clear in round_.clears:
-                    views += lifecycle.resolve_cleared(session, [clear], round_.now)
+                    views += resolve_cleared(session, [clear], round_.now)
     return views
 
 
@@ -225,7 +236,7 @@ def test_notifying_only_returns_the_views_that_notify(database: Database, make_e
 def test_empty_batch_records_nothing(database: Database) -> None:
     with database.session() as session:
         assert record_matches(session, [], now=NOW) == []
-        assert lifecycle.resolve_cleared(session, [], NOW) == []
+        assert resolve_cleared(session, [], NOW) == []
 
 
 def test_unstored_evidence_is_refused_before_anything_is_written(database: Database, make_event,
@@ -280,7 +291,7 @@ def test_clears_take_one_query_when_none_resolves(database: Database, make_event
         record_matches(session, [make_match([e], group_key=f"g{i}") for i, e in enumerate(events)], now=NOW)
     clears = [_clear("oom-storm", f"g{i % 150}", NOW - timedelta(days=1), f"x{i}") for i in range(300)]
     with _statements(database) as sent, database.session() as session:
-        assert lifecycle.resolve_cleared(session, clears, NOW) == []
+        assert resolve_cleared(session, clears, NOW) == []
     assert sum(1 for s in sent if "FROM violations" in s) == 1
 
 
