@@ -37,11 +37,11 @@ class Output(Protocol):
 
 def record_result(session: Session, result: Output, now: datetime, notify: Notify,
                   burn_rules: Sequence[str] = ()) -> None:
-    """Store one evaluated batch: its matches, then its clears (violations.record: one statement set), the SLI
+    """Store one evaluated batch: its matches and clears in evaluation order (violations.record), the SLI
     counts (after the matches: violations they open may be their causes, `burn_rules` being the SLO burn
     alerts), processed_at on its events and the error of each quarantined one. `notify` writes the outbox rows
     of each change that notifies someone; a resolve by a clearing event is audited."""
-    for change in violations.record(session, [*result.matches, *result.clears], now=now, notifying_only=True):
+    for change in violations.record(session, in_evaluation_order(result), now=now, notifying_only=True):
         if isinstance(change.cause, Clear):
             audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
                          target_id=change.view.id, after={"status": change.view.status},
@@ -51,3 +51,35 @@ def record_result(session: Session, result: Output, now: datetime, notify: Notif
     repository.mark_processed(session, [e.id for e in result.events], now)
     if result.quarantined:
         repository.quarantine_events(session, [(e.id, error) for e, error in result.quarantined], now)
+
+
+def in_evaluation_order(result: Output) -> list[Match | Clear]:
+    """The batch's matches and clears in the order the engine evaluated their events, so that a clear followed
+    by a new match of its violation resolves it and the match reopens it (in one batch as across two).
+
+    An event's position is its index in `result.events`: a clear's is its event's, a match's that of its latest
+    evaluated evidence (the event that completed it). Matches keep their order; a clear goes after every match
+    of an event evaluated no later than its own (a match and a clear of one event: the match first). A match
+    whose evidence is not in the batch (an absence) keeps its place; a clear whose event is not (a result
+    without events) goes after the matches.
+    """
+    if not result.clears:
+        return list(result.matches)
+    index = {event.id: position for position, event in enumerate(result.events)}
+    ordered: list[Match | Clear] = []
+    pending = iter(result.matches)
+    waiting: Match | None = next(pending, None)
+    for clear in result.clears:
+        at = index.get(clear.event.id, len(index))
+        while waiting is not None and _position(waiting, index) <= at:
+            ordered.append(waiting)
+            waiting = next(pending, None)
+        ordered.append(clear)
+    if waiting is not None:
+        ordered.append(waiting)
+    ordered.extend(pending)
+    return ordered
+
+
+def _position(match: Match, index: dict[str, int]) -> int:
+    return max((index[e.id] for e in match.explanation.evidence if e.id in index), default=-1)
