@@ -376,7 +376,7 @@ class Gpuslo:
             log.exception("SLO retention failed; it runs again in %.0f s", RETENTION_INTERVAL_S)
             return 0
 
-    # ---- incident lifecycle (human actions and the periodic job) ----
+    # ---- violation lifecycle (human actions and the periodic job) ----
 
     def _in_transaction(self, change: Callable[[Session], T], note: AuditNote | None = None) -> T:
         """Run one lifecycle change in its own transaction; the outbox rows and the audit row join it."""
