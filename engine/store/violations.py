@@ -110,6 +110,7 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
     session.flush()  # ORM changes the caller made first, as a query would autoflush them
     _require_stored(session, list(dict.fromkeys(event.id for m in matches for event in m.explanation.evidence)))
     connection = session.connection()
+    refused: IntegrityError | None = None
     for _attempt in range(_ATTEMPTS):
         fold = _fold(connection, items, now)
         if not fold.steps:
@@ -117,12 +118,14 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
         try:
             with session.begin_nested() if fold.risky else nullcontext():  # the savepoint a retry rolls back
                 ids = _write_violations(session.connection(), fold)  # asking for it takes the savepoint
-        except IntegrityError:  # a concurrent writer opened one of these violations first: fold into it
+        except IntegrityError as exc:  # a concurrent writer opened one of these violations first: fold into it
+            refused = exc
             continue
         recorded = _write_changes(connection, items, fold, ids, now, notifying_only)
         expire_violations(session, (ids[pair] for pair, row in fold.rows.items() if row is not None))
         return recorded
-    raise StoreError(f"record: concurrent writers opened the same violations {_ATTEMPTS} times in a row")
+    raise StoreError(f"record: the unique index of unresolved violations refused the batch {_ATTEMPTS} times "
+                     f"in a row (concurrent writers opening the same violations?): {refused}") from refused
 
 
 def record_match(session: Session, match: Match, *, now: datetime) -> ViolationView:
