@@ -115,13 +115,14 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
         fold = _fold(connection, items, now)
         if not fold.steps:
             return []
+        stored_text = _stored_text(connection, fold, notifying_only)  # before the write changes it
         try:
             with session.begin_nested() if fold.risky else nullcontext():  # the savepoint a retry rolls back
                 ids = _write_violations(session.connection(), fold)  # asking for it takes the savepoint
         except IntegrityError as exc:  # a concurrent writer opened one of these violations first: fold into it
             refused = exc
             continue
-        recorded = _write_changes(connection, items, fold, ids, now, notifying_only)
+        recorded = _write_changes(connection, items, fold, ids, stored_text, now, notifying_only)
         expire_violations(session, (ids[pair] for pair, row in fold.rows.items() if row is not None))
         return recorded
     raise StoreError(f"record: the unique index of unresolved violations refused the batch {_ATTEMPTS} times "
@@ -233,7 +234,8 @@ def _write_violations(connection: Connection, fold: _Fold) -> dict[Pair, int]:
 
 
 def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold: _Fold, ids: Mapping[Pair, int],
-                   now: datetime, notifying_only: bool) -> list[Recorded]:
+                   stored_text: Mapping[int, Mapping[str, Any]], now: datetime,
+                   notifying_only: bool) -> list[Recorded]:
     """Link the matches' evidence, write a history line per change; what each change returns."""
     evidence = {index: list(dict.fromkeys(e.id for e in item.explanation.evidence))
                 for index, item in enumerate(items) if isinstance(item, Match)}
@@ -242,7 +244,6 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
         if index in evidence:
             wanted.setdefault(pair, set()).update(evidence[index])
     links = Evidence(connection, ids, {pair for pair, row in fold.rows.items() if row is None}, wanted)
-    stored_text = _stored_text(connection, fold, ids, notifying_only)
     history, recorded = [], []
     for index, pair, step in fold.steps:
         item = items[index]
@@ -265,11 +266,11 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
     return recorded
 
 
-def _stored_text(connection: Connection, fold: _Fold, ids: Mapping[Pair, int],
-                 notifying_only: bool) -> dict[int, dict[str, Any]]:
-    """The stored text columns of violations a returned change shows before any match of the batch folded in."""
-    wanted = [ids[pair] for _, pair, step in fold.steps if step.after.latest is None
-              and (step.notify is not None or not notifying_only)]
+def _stored_text(connection: Connection, fold: _Fold, notifying_only: bool) -> dict[int, dict[str, Any]]:
+    """The stored text columns of violations a returned change shows before any match of the batch folded in
+    (read before the batch writes the latest match's)."""
+    wanted = [row for _, pair, step in fold.steps if (row := fold.rows[pair]) is not None
+              and step.after.latest is None and (step.notify is not None or not notifying_only)]
     found: dict[int, dict[str, Any]] = {}
     for chunk in chunks(list(dict.fromkeys(wanted)), _CHUNK):
         for row in connection.execute(_STORED_TEXT, {"ids": chunk}).mappings().all():

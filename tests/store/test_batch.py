@@ -219,6 +219,49 @@ def test_clears_resolve_as_one_clear_at_a_time_would(database: Database, tmp_pat
     assert [v["notify"] for v in batched["returned"] if v["status"] == "resolved"] == ["resolve"] * 3
 
 
+def test_matches_and_clears_interleaved_in_one_batch_equal_one_item_at_a_time(database: Database, tmp_path: Path,
+                                                                             make_event, make_match) -> None:
+    """A clear between matches of its group resolves the violation (new in this batch, or stored) and the next
+    match reopens it, counting flaps, exactly as one call per item does."""
+    events = [make_event(id=f"i{i:02d}") for i in range(8)]
+
+    def match(pair: str, index: int) -> Match:
+        return make_match([events[index]], rule_id=f"rule-{pair}", group_key=f"g={pair}")
+
+    def clear(pair: str, name: str) -> Clear:
+        return _clear(f"rule-{pair}", f"g={pair}", NOW, name)
+
+    stored_first = [match("s", 0)]
+    items: list[Match | Clear] = [match("a", 1), clear("a", "a1"), match("a", 2), clear("s", "s1"), match("b", 3),
+                                  clear("a", "a2"), match("a", 4), clear("b", "b1"), match("s", 5), clear("a", "a3")]
+
+    def run(target: Database, batched: bool) -> dict[str, Any]:
+        with target.session() as session:
+            store_events(session, events)
+            record(session, stored_first, now=NOW - timedelta(seconds=10))
+        with target.session() as session:
+            if batched:
+                views = [change.view for change in record(session, items, now=NOW)]
+            else:
+                views = [change.view for item in items for change in record(session, [item], now=NOW)]
+        return _snapshot(target, views)
+
+    batched = run(database, batched=True)
+    reference = Database(f"sqlite:///{tmp_path / 'reference.db'}")
+    reference.upgrade()
+    try:
+        expected = run(reference, batched=False)
+        for got, want in zip(batched["returned"], expected["returned"], strict=True):
+            assert {k: v for k, v in got.items() if v != want[k]} == {}, (got["rule_id"], got["status"])
+        assert batched == expected
+    finally:
+        reference.dispose()
+    states = {k[0]: (v["status"], v["occurrences"], v["flaps"]) for k, v in batched["violations"].items()}
+    assert states == {"rule-a": ("resolved", 3, 2), "rule-b": ("resolved", 1, 0), "rule-s": ("open", 2, 1)}
+    actions = [h[2] for h in batched["history"] if h[0][0] == "rule-a"]
+    assert actions == ["created", "resolved", "reopened", "resolved", "reopened", "resolved"]
+
+
 def test_notifying_only_returns_the_views_that_notify(database: Database, make_event, make_match) -> None:
     events = [make_event() for _ in range(8)]
     with database.session() as session:
