@@ -269,7 +269,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
 def _stored_text(connection: Connection, fold: _Fold, notifying_only: bool) -> dict[int, dict[str, Any]]:
     """The stored text columns of violations a returned change shows before any match of the batch folded in
     (read before the batch writes the latest match's)."""
-    wanted = [row for _, pair, step in fold.steps if (row := fold.rows[pair]) is not None
+    wanted = [violation_id for _, pair, step in fold.steps if (violation_id := fold.rows[pair]) is not None
               and step.after.latest is None and (step.notify is not None or not notifying_only)]
     found: dict[int, dict[str, Any]] = {}
     for chunk in chunks(list(dict.fromkeys(wanted)), _CHUNK):
