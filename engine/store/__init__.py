@@ -1,4 +1,5 @@
-"""Storage: the only writer of the database. Database opens it; repository functions read and write it."""
+"""Storage: the only writer of the database. Database opens it; store.violations writes the engine's matches and
+clears, the other modules read and write the rest."""
 
 from gpuslo.engine.store import access_models as _access_models  # noqa: F401  (users, tokens, audit)
 from gpuslo.engine.store import fleet_models as _fleet_models  # noqa: F401  (fleet partition offsets)
