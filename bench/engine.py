@@ -27,8 +27,8 @@ from durable import engine as durable_engine
 
 from gpuslo.engine import matcher
 from gpuslo.engine.events import Event
+from gpuslo.engine.plan import Plan, plan_rulebook
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.rulebook.compile import CompiledRulebook, compile_rulebook
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import RuleEvaluator
 
@@ -93,13 +93,13 @@ class _BaselineHost(durable_engine.Host):  # type: ignore[misc]
         """Both sides run without durable's background timer threads, so neither pays for them."""
 
 
-def baseline_host(rulebooks: Sequence[Rulebook]) -> tuple[_BaselineHost, list[CompiledRulebook]]:
+def baseline_host(rulebooks: Sequence[Rulebook]) -> tuple[_BaselineHost, list[Plan]]:
     """A fresh durable_rules host with every compiled rulebook registered on it."""
     host = _BaselineHost()
-    units: list[CompiledRulebook] = []
+    units: list[Plan] = []
     for rulebook in rulebooks:
-        unit = compile_rulebook(rulebook, ruleset=f"bench_baseline_{rulebook.name}")
-        host.set_rulesets({unit.ruleset: unit.definition_dict()})
+        unit = plan_rulebook(rulebook, ruleset=f"bench_baseline_{rulebook.name}")
+        host.set_rulesets({unit.ruleset: matcher.definition(unit)})
         units.append(unit)
     return host, units
 
@@ -111,7 +111,7 @@ def fact_builder(rulebooks: Sequence[Rulebook]) -> RuleEvaluator:
     return builder
 
 
-def baseline_facts(units: Sequence[CompiledRulebook], builder: RuleEvaluator,
+def baseline_facts(units: Sequence[Plan], builder: RuleEvaluator,
                    events: Sequence[Event]) -> list[tuple[str, dict[str, Any]]]:
     """Every fact the runtime would assert for the events, built once up front, named for the baseline host."""
     by_rulebook = {unit.rulebook.name: unit.ruleset for unit in units}

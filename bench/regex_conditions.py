@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 
 from gpuslo.engine.events import parse_event
-from gpuslo.engine.explain import text_test
 from gpuslo.engine.rulebook import load_rulebook_text
+from gpuslo.engine.rulebook.operators import holds as text_test
 from gpuslo.engine.runtime import RuleEvaluator
 
 QUICK = bool(os.environ.get("GPUSLO_BENCH_QUICK"))

@@ -12,6 +12,7 @@ from types import FrameType
 import click
 
 from gpuslo.probes.agent import Agent, AgentConfig, probe_specs
+from gpuslo.probes.kinds import PROBE_KINDS
 
 
 @click.command("agent")
@@ -24,7 +25,7 @@ from gpuslo.probes.agent import Agent, AgentConfig, probe_specs
               default=Path("var/agent-spool.db"), show_default=True,
               help="SQLite file holding events until the server accepted them.")
 @click.option("--probe", "probes", multiple=True, metavar="NAME[:ARG]",
-              help="A probe to run, repeatable: nvml, ebpf, logs:PATH, ...")
+              help=f"A probe to run, repeatable; kinds: {', '.join(PROBE_KINDS)} (README lists each one's ARG).")
 @click.option("--host", default=None, help="Host name put on every event (default: this machine's).")
 @click.option("--ship-interval", type=float, default=2.0, show_default=True,
               help="Seconds between shipping attempts.")

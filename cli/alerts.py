@@ -49,7 +49,7 @@ def alerts_test(ctx: click.Context, config_path: Path | None, route_name: str | 
 @click.pass_context
 def alerts_enable_receiver(ctx: click.Context, name: str) -> None:
     """Re-enable a receiver that answered 410 Gone; its waiting notifications go out again. Audited."""
-    from gpuslo.cli.tokens import _actor, _audited
+    from gpuslo.cli.credentials import _actor, _audited
     from gpuslo.engine.store import audit, receivers
 
     def change(session: Session, now: datetime) -> None:

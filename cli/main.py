@@ -10,6 +10,7 @@ import click
 
 from gpuslo.cli.agent import agent
 from gpuslo.cli.alerts import alerts
+from gpuslo.cli.credentials import api_tokens, tokens_alias, users
 from gpuslo.cli.probe_logs import logs_command
 from gpuslo.cli.probe_tokens import tokens_command
 from gpuslo.cli.rules_test import rules_test
@@ -17,7 +18,6 @@ from gpuslo.cli.silences import silences
 from gpuslo.cli.slo import slo
 from gpuslo.cli.slos_client import slos
 from gpuslo.cli.stalls import stalls
-from gpuslo.cli.tokens import tokens, users
 from gpuslo.cli.violations import violations
 from gpuslo.cli.worker import worker
 from gpuslo.engine.config import Settings, load_settings
@@ -211,7 +211,8 @@ main.add_command(alerts)
 probe.add_command(logs_command)
 probe.add_command(tokens_command)
 rules.add_command(rules_test)
-main.add_command(tokens)
+main.add_command(api_tokens)
+main.add_command(tokens_alias)  # hidden: the old name, for one release
 main.add_command(users)
 main.add_command(slo)
 main.add_command(stalls)

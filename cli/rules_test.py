@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gpuslo.engine.rulebook.testing import FileResult, find_test_files, run_test_file
+from gpuslo.engine.rule_tests.run import FileResult, find_test_files, run_test_file
 
 DEFAULT_RULES_DIR = Path("rules")
 

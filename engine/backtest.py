@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpuslo.engine import transitions
+from gpuslo.engine.clock import BACKTEST, Feed
 from gpuslo.engine.errors import EventError, GpusloError
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.rulebook.model import Rulebook
@@ -20,8 +21,6 @@ from gpuslo.engine.slo.counter import GroupFigures
 from gpuslo.engine.transitions import ViolationState
 from gpuslo.engine.violations import Match
 
-_BATCH = 500
-_TICK_S = 1.0  # absence rules are checked each time event time moves this far (the live service ticks too)
 _RECENT_IDS = 100_000  # duplicate ids are skipped as ingest would; bounded like the runtime's memory of ids
 
 
@@ -132,21 +131,14 @@ def backtest(path: Path, rulebook_sets: Sequence[Sequence[Rulebook]], *, latenes
     """Read the file once and run its events through each set of rulebooks (one evaluator per set)."""
     evaluators = []
     for books in rulebook_sets:
-        evaluator = RuleEvaluator(lateness_s=lateness_s)
+        evaluator = RuleEvaluator(lateness_s=lateness_s, clock=BACKTEST)
         evaluator.load(books)
         evaluators.append(evaluator)
+    feeds = [Feed(evaluator, BACKTEST) for evaluator in evaluators]
     folders = [_Folder() for _ in evaluators]
     bad: list[BadLine] = []
     recent: OrderedDict[str, None] = OrderedDict()
     events = duplicates = 0
-    batch: list[Event] = []
-    clock = float("-inf")
-
-    def flush(tick: float | None = None) -> None:
-        for evaluator, folder in zip(evaluators, folders, strict=True):
-            for match in evaluator.evaluate(batch) + (evaluator.tick(tick) if tick is not None else []):
-                folder.add(match)
-        batch.clear()
 
     try:
         stream = Path(path).open("rb")
@@ -164,14 +156,12 @@ def backtest(path: Path, rulebook_sets: Sequence[Sequence[Rulebook]], *, latenes
             if len(recent) > _RECENT_IDS:
                 recent.popitem(last=False)
             events += 1
-            if item.timestamp >= clock + _TICK_S:
-                # Check absences at this event's time before it arrives: a silence it ends still counts.
-                flush(item.timestamp)
-                clock = item.timestamp
-            batch.append(item)
-            if len(batch) >= _BATCH:
-                flush()
-    flush()
+            for feed, folder in zip(feeds, folders, strict=True):
+                for match in feed.push(item):
+                    folder.add(match)
+    for feed, folder in zip(feeds, folders, strict=True):
+        for match in feed.finish():
+            folder.add(match)
     return tuple(BacktestResult(events, duplicates, f.violations(), tuple(bad), tuple(e.slo.figures()))
                  for f, e in zip(folders, evaluators, strict=True))
 

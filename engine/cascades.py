@@ -15,8 +15,9 @@ from typing import Any
 from gpuslo.engine.events import Event
 
 ROLE_KEY, SIGNATURE_KEY = "role", "signature"
-_ROOT_KINDS = frozenset({"gpu_xid", "gpu_fault", "gpu_health", "cuda_oom", "cuda_error"})  # without a role label
-_DETAILS = ("xid", "fault", "error_name", "op", "seq", "requested_bytes")
+# roots when an event has no role label
+_ROOT_KINDS = frozenset({"gpu_xid", "gpu_fault", "gpu_health", "cuda_oom", "cuda_error", "loss_nonfinite"})
+_DETAILS = ("xid", "fault", "error_name", "op", "seq", "requested_bytes", "metric", "step")
 
 
 def role_of(event: Event) -> str:

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuslo.engine.clock import LIVE
 from gpuslo.engine.engine_health import EngineHealth, HealthState
 from gpuslo.engine.events import Event
 from gpuslo.engine.metrics import Metrics
@@ -22,7 +23,7 @@ from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.slo.counter import SloSeed
 
 log = logging.getLogger(__name__)
-_BATCH = 500
+_BATCH = LIVE.batch_size
 _RECENT = 100_000
 # Adaptive batching: a batch that took longer than _LINGER_AFTER_S to evaluate and store means the engine
 # is loaded; it then waits _LINGER_S before taking the next batch so that several POSTs share one transaction
@@ -41,7 +42,7 @@ class Runtime:
         """`quarantine` marks poison events in the database (a part of a result that cannot be stored while the
         database answers); without it a result is retried whole until it is stored."""
         self.evaluator = RuleEvaluator(lateness_s=lateness_s, metrics=metrics, max_ahead_s=max_ahead_s,
-                                       isolate_events=True)
+                                       isolate_events=True, clock=LIVE)
         self._sink = sink
         self._quarantine = quarantine
         self.health_state = HealthState()
@@ -231,6 +232,7 @@ class Runtime:
         return True
 
     def _check_absences(self) -> None:
+        """The live clock's check between batches: absences at the stream's time, run on while it is quiet."""
         try:
             now = self.evaluator.stream_time(time.monotonic())
             matches = self.evaluator.tick(now) if now is not None else []

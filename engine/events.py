@@ -79,6 +79,9 @@ KIND_ATTRS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "gpu_fault": MappingProxyType({
         "fault": "string", "pci_bus": "string", "sxid": "int", "timeout_ms": "number", "elapsed_ms": "number",
         "detail": "string"}),
+    # a training loss or gradient that became NaN or Inf (log probe: the trainer's own wording)
+    "loss_nonfinite": MappingProxyType({
+        "value": "string", "step": "int", "metric": "string", "error_name": "string", "detail": "string"}),
     "probe_status": MappingProxyType({
         "probe": "string", "state": "string", "dropped": "int", "detail": "string"}),
     "nccl_progress": MappingProxyType({
@@ -109,13 +112,14 @@ _ENUMS: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType({
     ("probe_status", "state"): ("up", "down", "degraded", "unavailable"),
     ("token_request", "phase"): ("start", "first_token", "done", "error"),
     ("external_alert", "status"): ("firing", "resolved"),
+    ("loss_nonfinite", "value"): ("nan", "inf"),
     ("nccl_progress", "state"): ("progressing", "idle", "aborted", "error"),
     ("gpu_health", "signal"): ("ecc_dbe", "ecc_sbe", "throttle", "row_remap_failure", "fb_low"),
     ("token_stall", "attribution.dominant"): (*ATTRIBUTION_LAYERS, "unattributed"),
 })
 _NON_NEGATIVE_SUFFIXES = ("_ms", "_us", "_s")  # of numbers; integer ranges are event_checks.int_range
 _NON_NEGATIVE_NAMES = frozenset({"tokens", "stalls", "seq", "dropped", "last_enqueued_seq", "last_completed_seq",
-                                 "sxid", "requested_tokens", "available_tokens"})
+                                 "sxid", "requested_tokens", "available_tokens", "step"})
 _JSON_TYPES = {"int": "integer", "number": "number", "string": "string"}
 MESSAGE_MAX = 8192
 # A time the canonical form restates without loss (UTC, at most microseconds): not kept as sent.

@@ -14,8 +14,6 @@ from gpuslo.engine.attribution import worst_stall_attribution
 from gpuslo.engine.cascades import analyze_cascade
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
-from gpuslo.engine.rulebook import regex
-from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import (
     Absence,
     And,
@@ -32,6 +30,7 @@ from gpuslo.engine.rulebook.model import (
     Rulebook,
     SingleEvent,
 )
+from gpuslo.engine.rulebook.operators import OPERATORS, holds, negation_normal_form
 from gpuslo.engine.templates import RenderRefused, summary_environment
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
@@ -39,42 +38,8 @@ log = logging.getLogger(__name__)
 # A summary that used up its steps or CPU this many renders in a row is not rendered again (its default text is
 # used) until its text changes: one such template must not cost the engine 0.25 s on every event.
 COSTLY_STRIKES = 3
-_SYMBOL = {"==": "=", "!=": "≠"}
 _KEY_ATTRS = ("requested_bytes", "free_bytes", "fragmentation_ratio", "gap_ms", "itl_p99_ms", "ttft_ms",
               "xid", "op", "seq", "error_name", "api", "state", "phase", "request_id")
-
-
-def _holds(op: str, observed: Any, expected: Any) -> bool:
-    """One comparison; a missing field never holds (as in the engine)."""
-    if observed is None:
-        return False
-    try:
-        if op == "==":
-            return bool(observed == expected)
-        if op == "!=":
-            return bool(observed != expected)
-        if op == "<":
-            return bool(observed < expected)
-        if op == "<=":
-            return bool(observed <= expected)
-        if op == ">":
-            return bool(observed > expected)
-        if op == ">=":
-            return bool(observed >= expected)
-        if op == "in":
-            return observed in expected
-        if op == "contains":
-            return str(expected) in str(observed)
-        if op == "matches":
-            return regex.search(str(expected), str(observed))
-    except TypeError:
-        return False
-    raise ValueError(f"unknown operator {op!r}")
-
-
-def text_test(op: str, observed: Any, pattern: str) -> bool:
-    """Evaluate a `contains`/`matches` test (the runtime posts its result to the engine)."""
-    return _holds(op, observed, pattern)
 
 
 def _show(value: Any) -> str:
@@ -94,7 +59,7 @@ def _leaves(expr: Expr, negated: bool = False) -> list[tuple[Compare | Exists, b
 def _resolve(ref: Literal | FieldRef, events: Mapping[str, Event]) -> Any:
     if isinstance(ref, Literal):
         return ref.value
-    return events[ref.alias].get(ref.name) if ref.alias in events else None
+    return events[ref.alias].get(ref.name) if ref.alias is not None and ref.alias in events else None
 
 
 def _leaf_holds(leaf: Compare | Exists, negated: bool, event: Event, events: Mapping[str, Event]) -> bool:
@@ -102,7 +67,7 @@ def _leaf_holds(leaf: Compare | Exists, negated: bool, event: Event, events: Map
         return (event.get(leaf.field.name) is None) == negated
     observed = event.get(leaf.left.name)
     # A missing field never holds, negated or not: the engine reads it as None and matches nothing.
-    return observed is not None and (_holds(leaf.op, observed, _resolve(leaf.right, events)) != negated)
+    return observed is not None and (holds(leaf.op, observed, _resolve(leaf.right, events)) != negated)
 
 
 def condition_holds(expr: Expr, event: Event, events: Mapping[str, Event]) -> bool:
@@ -145,7 +110,7 @@ def explain_conditions(pattern: EventPattern, event: Event, events: Mapping[str,
             continue
         observed = event.get(leaf.left.name)
         holds = _leaf_holds(leaf, negated, event, events)
-        op = ("not " if negated else "") + _SYMBOL.get(leaf.op, leaf.op)
+        op = ("not " if negated else "") + OPERATORS[leaf.op].shown
         shown = "missing" if observed is None else _show(observed)
         text = f"{leaf.left.name} = {shown} {op} {leaf.right}"
         results.append(ConditionResult(text, leaf.left.name, observed, holds))
@@ -303,4 +268,4 @@ def build_absence_match(rulebook: Rulebook, rule: Rule, last: Event, silence_s: 
         **lifecycle_fields(rule))
 
 
-__all__ = ["SingleEvent", "SummaryRenderer", "build_match", "causal_chain", "describe_event", "text_test"]
+__all__ = ["SingleEvent", "SummaryRenderer", "build_match", "causal_chain", "describe_event"]

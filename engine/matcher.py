@@ -1,4 +1,5 @@
-"""durable_rules' C matcher, driven directly: the only module that imports durable_rules.
+"""durable_rules, spoken here only: its JSON dialect (an evaluation plan as a ruleset definition) and its C
+matcher, driven directly. The only module that imports durable_rules.
 
 durable_rules' Python `Host` wraps each call in glue that costs more than the matching itself (research:
 the C matcher is ~15 % of a matched post): two or three `json.dumps` per assert and retract, a state
@@ -12,6 +13,7 @@ bench/engine.py measures it against durable_rules' own Python API (part (a)) and
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -21,6 +23,7 @@ import durable_rules_engine as core
 import orjson
 
 from gpuslo.engine.errors import EngineError
+from gpuslo.engine.plan import AllOf, AnyOf, KeyOf, Node, Plan
 
 # Result codes of the C core's assert and retract calls (durable_rules' engine.py, `_handle_result`).
 _NOT_HANDLED = 1  # no rule pattern takes the fact: the core keeps nothing of it
@@ -33,6 +36,27 @@ _SERIAL = itertools.count()
 
 class IdCollision(EngineError):
     """The core already holds a pending fact whose id hashes like this one's; re-key and assert again."""
+
+
+# The plan's comparisons in durable_rules' dialect ("eq" is the bare `{key: value}`).
+_DIALECT = {"ne": "$neq", "lt": "$lt", "le": "$lte", "gt": "$gt", "ge": "$gte", "exists": "$ex", "missing": "$nex"}
+
+
+def _condition(node: Node) -> dict[str, Any]:
+    if isinstance(node, AllOf | AnyOf):
+        return {"$and" if isinstance(node, AllOf) else "$or": [_condition(item) for item in node.items]}
+    if node.cmp in ("exists", "missing"):
+        return {_DIALECT[node.cmp]: {node.key: 1}}
+    value = {node.value.alias: node.value.key} if isinstance(node.value, KeyOf) else node.value
+    return {node.key: value} if node.cmp == "eq" else {_DIALECT[node.cmp]: {node.key: value}}
+
+
+def definition(plan: Plan) -> dict[str, Any]:
+    """The durable_rules ruleset definition of a plan: one rule per pattern (`all` of one fact, `run` its
+    action), keys sorted at every level, as durable_rules' Host receives it."""
+    rules = {p.name: {"all": [{p.alias: _condition(p.test)}], "run": p.action} for p in plan.patterns}
+    result: dict[str, Any] = json.loads(json.dumps(rules, sort_keys=True))
+    return result
 
 
 @dataclass(frozen=True)
@@ -49,11 +73,16 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}#{next(_SERIAL)}"
 
 
-def register(name: str, definition: Mapping[str, Mapping[str, Any]]) -> Ruleset:
-    """Create the ruleset in the C core; `definition` is durable_rules JSON whose rules name their action
-    in `run`, as durable_rules' Host expects."""
-    actions = {rule: str(body["run"]) for rule, body in definition.items()}
-    stripped = {rule: {key: value for key, value in body.items() if key != "run"} for rule, body in definition.items()}
+def register_plan(plan: Plan) -> Ruleset:
+    """Create the plan's ruleset (named `plan.ruleset`) in the C core."""
+    return register(plan.ruleset, definition(plan))
+
+
+def register(name: str, rules: Mapping[str, Mapping[str, Any]]) -> Ruleset:
+    """Create a ruleset in the C core; `rules` is durable_rules JSON whose rules name their action in `run`, as
+    durable_rules' Host expects."""
+    actions = {rule: str(body["run"]) for rule, body in rules.items()}
+    stripped = {rule: {key: value for key, value in body.items() if key != "run"} for rule, body in rules.items()}
     try:
         handle = core.create_ruleset(name, orjson.dumps(stripped).decode())
     except core.error as exc:

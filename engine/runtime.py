@@ -1,15 +1,16 @@
-"""The rules engine: durable_rules' matcher, fed from one thread through a bounded queue.
+"""The rule evaluator: events become facts (facts.py) matched against each rulebook's plan (plan.py) by the
+matcher (matcher.py); what fires becomes matches, windows and clears. It runs on its caller's thread: the engine
+thread (engine_thread.py), a backtest or a rule test, each under its clock (clock.py).
 
-Events become facts with ids this module owns, so every matching rule fires (an event would be consumed by
-the first). Facts are retracted at once (the engine matches single facts); events that windowed rules may
-still join are held in the runtime's windows until their window and the allowed lateness have passed, so the
-engine's memory stays bounded.
+Facts have ids the runtime owns, so every matching rule fires (an event would be consumed by the first). Facts
+are retracted at once (the engine matches single facts); events that windowed rules may still join are held in
+the runtime's windows until their window and the allowed lateness have passed, so the engine's memory stays
+bounded.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import threading
 import time
@@ -18,21 +19,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslo.engine import matcher
+from gpuslo.engine.clock import LIVE, Clock
 from gpuslo.engine.errors import EngineError, RulebookNotLoaded
-from gpuslo.engine.events import ENVELOPE_FIELDS, Event
-from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, group_key, group_of, text_test
+from gpuslo.engine.events import Event
+from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_match, group_key, group_of
+from gpuslo.engine.facts import FactFields, fact_id, make_fact
 from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.rulebook.compile import CompiledRulebook, RuleAction, compile_rulebook, fact_key
+from gpuslo.engine.plan import Plan, RuleAction, plan_rulebook
 from gpuslo.engine.rulebook.model import CLEAR_ALIAS, Absence, Count, Rule, Rulebook, SingleEvent
 from gpuslo.engine.slo.counter import SliBatch, SloCounter, SloSeed
 from gpuslo.engine.violations import Clear, Match
 from gpuslo.engine.windows import Windows
 
 log = logging.getLogger(__name__)
-_SID = "0"
-_FACT_ENVELOPE = frozenset({"id", "sid", "kind", "ts"})  # keys every fact has before its fields are copied
-_IDLE_GRACE_S = 1.0  # how long the stream must be quiet before the live clock runs on by itself
-_FACT_SERIAL = itertools.count()  # fact ids unique in the process: every ruleset shares one C core
 
 
 @dataclass(frozen=True)
@@ -48,29 +47,12 @@ class EngineResult:
 
 
 @dataclass(frozen=True)
-class _FactFields:
-    """The event fields a rulebook's facts copy, as (fact key, name), sorted by where the event keeps them."""
-
-    envelope: tuple[tuple[str, str], ...]
-    labels: tuple[tuple[str, str], ...]  # name: the label's key
-    attrs: tuple[tuple[str, str], ...]
-
-    @classmethod
-    def of(cls, unit: CompiledRulebook) -> _FactFields:
-        fields = [(key, key.replace("__", ".")) for key in sorted(unit.keys) if key not in _FACT_ENVELOPE]
-        return cls(tuple((key, name) for key, name in fields if name in ENVELOPE_FIELDS),
-                   tuple((key, name[len("labels."):]) for key, name in fields if name.startswith("labels.")),
-                   tuple((key, name) for key, name in fields
-                         if name not in ENVELOPE_FIELDS and not name.startswith("labels.")))
-
-
-@dataclass(frozen=True)
 class _Unit:
-    """A compiled rulebook, registered in the matcher, with the event fields its facts copy."""
+    """A rulebook's plan, registered in the matcher, with the event fields its facts copy."""
 
-    compiled: CompiledRulebook
+    plan: Plan
     ruleset: matcher.Ruleset
-    fields: _FactFields
+    fields: FactFields
 
 
 def window_scope(rulebook: Rulebook, rule: Rule) -> str:
@@ -80,15 +62,16 @@ def window_scope(rulebook: Rulebook, rule: Rule) -> str:
 
 
 class RuleEvaluator:
-    """Evaluates events against compiled rulebooks on the caller's thread (the engine thread, or a backtest)."""
+    """Evaluates events against rulebook plans on the caller's thread (the engine thread, a backtest, a rule test)."""
 
     def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None, measure_slos: bool = True,
                  max_ahead_s: float | None = None, isolate_events: bool = False,
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time, clock: Clock = LIVE):
         """`max_ahead_s`: the stream clock never runs ahead of `wall_clock()` by more (the live engine; None for
         backtests and rule tests, whose times are their own). `isolate_events`: an event whose evaluation raises
-        is quarantined in the result instead of failing the batch."""
+        is quarantined in the result instead of failing the batch. `clock`: how `stream_time` runs on."""
         self._max_ahead_s, self._isolate, self._wall_clock = max_ahead_s, isolate_events, wall_clock
+        self._clock = clock
         self._active: tuple[_Unit, ...] = ()
         self._clears: list[Clear] = []  # of the batch being evaluated
         self._windows = Windows(lateness_s)
@@ -104,24 +87,24 @@ class RuleEvaluator:
 
     @property
     def rulebooks(self) -> tuple[Rulebook, ...]:
-        return tuple(unit.compiled.rulebook for unit in self._active)
+        return tuple(unit.plan.rulebook for unit in self._active)
 
     def load(self, rulebooks: Sequence[Rulebook], slo_seed: SloSeed | None = None) -> None:
-        """Compile and register the rulebooks, then swap them in; on failure the old ones keep running.
+        """Plan and register the rulebooks, then swap them in; on failure the old ones keep running.
         SLIs new to the evaluator start from `slo_seed` (the stored buckets)."""
         units = []
         for rulebook in rulebooks:
             try:
-                compiled = compile_rulebook(rulebook, ruleset=matcher.unique_name(
+                plan = plan_rulebook(rulebook, ruleset=matcher.unique_name(
                     f"{rulebook.name}@{rulebook.content_hash[:12]}"))
-                ruleset = matcher.register(compiled.ruleset, compiled.definition_dict())
+                ruleset = matcher.register_plan(plan)
             except Exception as exc:  # noqa: BLE001 - named, so the service keeps that rulebook's last good version
                 raise RulebookNotLoaded(rulebook.name, rulebook.location.file, f"{type(exc).__name__}: {exc}") from exc
-            units.append(_Unit(compiled, ruleset, _FactFields.of(compiled)))
-        scopes = {window_scope(unit.compiled.rulebook, rule): unit.compiled.rulebook
-                  for unit in units for rule in unit.compiled.rulebook.rules}
-        action_scopes = {name: window_scope(unit.compiled.rulebook, action.rule)
-                         for unit in units for name, action in unit.compiled.actions.items()}
+            units.append(_Unit(plan, ruleset, FactFields.of(plan)))
+        scopes = {window_scope(unit.plan.rulebook, rule): unit.plan.rulebook
+                  for unit in units for rule in unit.plan.rulebook.rules}
+        action_scopes = {name: window_scope(unit.plan.rulebook, action.rule)
+                         for unit in units for name, action in unit.plan.actions.items()}
         with self._lock:
             self._active = tuple(units)
             self._windows.forget(set(self._scopes) - set(scopes))
@@ -130,27 +113,12 @@ class RuleEvaluator:
             self.slo.load(rulebooks, slo_seed)
 
     def _fact(self, event: Event, unit: _Unit, timestamp: float) -> dict[str, Any]:
-        fact: dict[str, Any] = {"id": f"f{next(_FACT_SERIAL)}", "sid": _SID, "kind": event.kind, "ts": timestamp}
-        fields = unit.fields
-        for key, name in fields.envelope:
-            value = getattr(event, name)
-            if value is not None:
-                fact[key] = value
-        for source, copied in ((event.labels, fields.labels), (event.attrs, fields.attrs)):
-            for key, name in copied:
-                value = source.get(name)
-                if value is not None:
-                    fact[key] = value
-        for test in unit.compiled.text_tests:
-            observed = event.get(test.field)
-            if observed is not None:  # absent stays absent, so neither the test nor its negation holds
-                fact[test.key] = 1 if text_test(test.op, observed, test.pattern) else 0
-        return fact
+        return make_fact(event, unit.plan, unit.fields, timestamp)
 
     def facts(self, event: Event) -> list[tuple[matcher.Ruleset, dict[str, Any]]]:
         """The facts an event becomes, one per loaded rulebook that reads its kind (bench/engine.py's (a))."""
         return [(unit.ruleset, self._fact(event, unit, event.timestamp))
-                for unit in self._active if event.kind in unit.compiled.kinds]
+                for unit in self._active if event.kind in unit.plan.kinds]
 
     def _match_fact(self, unit: _Unit, fact: dict[str, Any]) -> list[str]:
         """Assert the fact and retract it at once; the actions it fired (none when no rule pattern took it)."""
@@ -161,7 +129,7 @@ class RuleEvaluator:
             except matcher.IdCollision:
                 # 32-bit id hash collision with a pending fact: re-key and count it, never drop silently.
                 self._metrics.engine_errors.labels("observed_collision").inc()
-                fact["id"] = f"f{next(_FACT_SERIAL)}"
+                fact["id"] = fact_id()
                 continue
             if fired is None:  # an unhandled fact is not stored (bench/RESULTS.md): nothing to retract
                 return []
@@ -223,17 +191,12 @@ class RuleEvaluator:
             return self._absences(max(now, self._watermark))
 
     def stream_time(self, monotonic_now: float) -> float | None:
-        """The live stream's event time now: the newest event time, running on with the time elapsed since it
-        arrived once the stream has been quiet for _IDLE_GRACE_S. None before the first event.
-
-        Not the wall clock: events that arrive late or in bulk (an agent shipping its spool after an outage,
-        a replay into a live server) would all look overdue against it. The grace keeps a stream that is
-        still flowing on its own event time, so the gaps between batches cannot outrun the next batch.
-        """
+        """The live stream's event time now, as the clock runs it on (Clock.stream_time) from the newest event
+        time and how long ago it arrived; None before the first event."""
         with self._lock:
             if not self._watermark:
                 return None
-            return self._clamped(self._watermark + max(0.0, monotonic_now - self._advanced_at - _IDLE_GRACE_S))
+            return self._clamped(self._clock.stream_time(self._watermark, monotonic_now - self._advanced_at))
 
     def _absences(self, now: float) -> list[Match]:
         return [build_absence_match(self._scopes[scope], rule, last, silence, now, self._renderer)
@@ -245,16 +208,16 @@ class RuleEvaluator:
         self._watermark = max(self._watermark, timestamp)
         matches: list[Match] = []
         for unit in self._active:
-            if event.kind not in unit.compiled.kinds:
+            if event.kind not in unit.plan.kinds:
                 continue
             for action in self._match_fact(unit, self._fact(event, unit, timestamp)):
-                match = self._on_fire(unit.compiled, action, event)
+                match = self._on_fire(unit.plan, action, event)
                 if match is not None:
                     matches.append(match)
         matches += self.slo.observe(event, timestamp, self._clears)
         return matches
 
-    def _on_fire(self, unit: CompiledRulebook, name: str, event: Event) -> Match | None:
+    def _on_fire(self, unit: Plan, name: str, event: Event) -> Match | None:
         action: RuleAction = unit.actions[name]
         rule, when, scope = action.rule, action.rule.when, self._action_scopes[name]
         if action.alias == CLEAR_ALIAS:
@@ -283,4 +246,4 @@ class RuleEvaluator:
         return self._windows.held()
 
 
-__all__ = ["EngineResult", "RuleEvaluator", "fact_key"]
+__all__ = ["EngineResult", "RuleEvaluator"]

@@ -15,6 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event
+from gpuslo.probes.kinds import PROBE_KINDS, ProbeBuilder
 from gpuslo.probes.probe_api import Probe, ProbeJob, status_event
 from gpuslo.probes.shipper import Shipper, ShipperConfig
 from gpuslo.probes.spool import Spool
@@ -59,21 +60,20 @@ ProbeFactory = Callable[[ProbeSpec, str], Probe]
 
 
 def load_probe(spec: ProbeSpec, host: str) -> Probe:
-    """Build the probe of module `gpuslo.probes.<name>` through its `build_probe(arg, host)`."""
+    """Build the probe of kind `spec.name` (probes/kinds.py) through its module's `build_probe(arg, host)`."""
     if not _PROBE_NAME.match(spec.name):
         raise ProbeError(f"{spec}: not a probe name (lower-case letters, digits and '_')")
-    module_name = f"gpuslo.probes.{spec.name}"
+    kind = PROBE_KINDS.get(spec.name)
+    if kind is None:
+        raise ProbeError(f"{spec.name}: no such probe in this build of gpuslo (probes: {', '.join(PROBE_KINDS)})")
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(kind.module)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise ProbeError(f"{spec.name}: a module it needs is not installed: {exc.name}") from exc
-        raise ProbeError(f"{spec.name}: no such probe in this build of gpuslo") from exc
-    build = getattr(module, "build_probe", None)
+        raise ProbeError(f"{spec.name}: a module it needs is not installed: {exc.name}") from exc
+    build: ProbeBuilder | None = getattr(module, "build_probe", None)
     if build is None:
-        raise ProbeError(f"{spec.name}: {module_name} is not a probe (it has no build_probe)")
-    probe: Probe = build(spec.arg, host)
-    return probe
+        raise ProbeError(f"{spec.name}: {kind.module} is not a probe (it has no build_probe)")
+    return build(spec.arg, host)
 
 
 class Agent:

@@ -1,8 +1,9 @@
 """PyTorch caching-allocator probe: an in-process reporter of fragmentation as `mem_fragmentation` events.
 
-A serving process starts it with one call, `start(server=URL)`. The maths are pure functions over the
-structure `torch.cuda.memory_snapshot()` returns (segments, each with blocks of a size and a state), so they
-are tested without torch; torch is imported only when the reporter starts.
+A serving process starts it with one call, `start(server=URL)`; `build_probe` gives the same sampling the
+agent's face (`--probe torch_allocator`, for an agent embedded in the process that owns the GPUs). The maths are
+pure functions over the structure `torch.cuda.memory_snapshot()` returns (segments, each with blocks of a size
+and a state), so they are tested without torch; torch is imported only when sampling starts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event, parse_event
-from gpuslo.probes.probe_api import new_event_id, now_text
+from gpuslo.probes.probe_api import ProbeJob, new_event_id, now_text
 from gpuslo.probes.shipper import Shipper, ShipperConfig
 from gpuslo.probes.spool import Spool
 
@@ -170,28 +171,24 @@ class ReporterStats:
     total_snapshot_s: float
 
 
-class Reporter:
-    """Samples the allocator every `interval` seconds on a daemon thread and ships the events."""
+class AllocatorSampler:
+    """Reads the counters on every call; when a snapshot is due, takes it, times it, and returns one event per
+    device (the probe's one job, and the reporter's tick)."""
 
-    def __init__(self, source: AllocatorSource, shipper: Shipper, host: str, *, interval: float = 10.0,
-                 snapshot_min_interval: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 cuda_visible_devices: str | None = None):
-        self.source, self.shipper, self.host = source, shipper, host
-        self.interval, self.snapshot_min_interval = interval, snapshot_min_interval
+    def __init__(self, source: AllocatorSource, host: str, *, snapshot_min_interval: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic, cuda_visible_devices: str | None = None):
+        self.source, self.host, self.snapshot_min_interval = source, host, snapshot_min_interval
         self._clock = clock
         self._visible = cuda_visible_devices
         self._last_snapshot: float | None = None
         self._counters: dict[int, tuple[int, int]] = {}
         self._stats = ReporterStats(0, 0, 0, 0.0, 0.0, 0.0)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gpuslo-torch-allocator", daemon=True)
 
     @property
     def stats(self) -> ReporterStats:
         return self._stats
 
-    def tick(self) -> list[Event]:
-        """Read counters; when a snapshot is due, take it, time it, and spool one event per device."""
+    def sample(self) -> list[Event]:
         stats = {d: self.source.stats(d) for d in self.source.devices()}
         counters = {d: (int(s.get("num_alloc_retries", 0)), int(s.get("num_ooms", 0))) for d, s in stats.items()}
         rose = any(counters[d] > self._counters.get(d, (0, 0)) for d in counters)
@@ -210,8 +207,31 @@ class Reporter:
             self._stats = replace(s, snapshots=s.snapshots + 1, events=s.events + len(events),
                                   last_snapshot_s=cost, max_snapshot_s=max(s.max_snapshot_s, cost),
                                   total_snapshot_s=s.total_snapshot_s + cost)
-            self.shipper.spool.append(events)
         self._stats = replace(self._stats, ticks=self._stats.ticks + 1)
+        return events
+
+
+class Reporter:
+    """Samples the allocator every `interval` seconds on a daemon thread and ships the events."""
+
+    def __init__(self, source: AllocatorSource, shipper: Shipper, host: str, *, interval: float = 10.0,
+                 snapshot_min_interval: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 cuda_visible_devices: str | None = None):
+        self.source, self.shipper, self.host, self.interval = source, shipper, host, interval
+        self.sampler = AllocatorSampler(source, host, snapshot_min_interval=snapshot_min_interval, clock=clock,
+                                        cuda_visible_devices=cuda_visible_devices)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpuslo-torch-allocator", daemon=True)
+
+    @property
+    def stats(self) -> ReporterStats:
+        return self.sampler.stats
+
+    def tick(self) -> list[Event]:
+        """Sample once, spool what the sample found, and try to ship."""
+        events = self.sampler.sample()
+        if events:
+            self.shipper.spool.append(events)
         self.shipper.drain(max_batches=10)
         return events
 
@@ -252,3 +272,56 @@ def start(server: str, interval: float = 10.0, host: str | None = None, token: s
                         else snapshot_min_interval,
                         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     return reporter.start()
+
+
+class AllocatorProbe:
+    """The allocator as an agent probe: one job samples the allocator of the process the probe runs in (an
+    embedded Agent, or `gpuslo serve --probe` in a process that owns the GPUs); `start()` above is the usual way
+    into a serving process."""
+
+    name = SOURCE
+
+    def __init__(self, host: str, *, interval_s: float = 10.0, snapshot_min_interval_s: float | None = None,
+                 source_factory: Callable[[], AllocatorSource] = TorchCudaSource):
+        self.host, self.interval_s = host, interval_s
+        self.snapshot_min_interval_s = max(interval_s, 30.0) if snapshot_min_interval_s is None \
+            else snapshot_min_interval_s
+        self._source_factory = source_factory
+        self.sampler: AllocatorSampler | None = None
+
+    def start(self) -> None:
+        """ProbeError when this process has no PyTorch or no CUDA."""
+        self.sampler = AllocatorSampler(self._source_factory(), self.host,
+                                        snapshot_min_interval=self.snapshot_min_interval_s,
+                                        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    def sample(self) -> Sequence[Event]:
+        if self.sampler is None:
+            raise ProbeError("torch_allocator: not started")
+        return self.sampler.sample()
+
+    def jobs(self) -> Sequence[ProbeJob]:
+        return (ProbeJob("torch-allocator-sample", self.interval_s, self.sample),)
+
+    def stop(self) -> None:
+        self.sampler = None
+
+
+OPTIONS = ("interval", "snapshot_min_interval")
+
+
+def build_probe(arg: str | None, host: str) -> AllocatorProbe:
+    """The agent's entry point: `--probe torch_allocator[:interval=S,snapshot_min_interval=S]`."""
+    values: dict[str, float] = {}
+    for item in (i.strip() for i in (arg or "").split(",") if i.strip()):
+        name, equals, value = item.partition("=")
+        if not equals or name not in OPTIONS:
+            raise ProbeError(f"torch_allocator: {item!r} is not one of {', '.join(OPTIONS)} as name=value")
+        try:
+            values[name] = float(value)
+        except ValueError as exc:
+            raise ProbeError(f"torch_allocator: {name}={value!r} is not a number of seconds") from exc
+        if values[name] < 0 or (name == "interval" and values[name] == 0):
+            raise ProbeError(f"torch_allocator: {name} must be positive")
+    return AllocatorProbe(host, interval_s=values.get("interval", 10.0),
+                          snapshot_min_interval_s=values.get("snapshot_min_interval"))

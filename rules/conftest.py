@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from gpuslo.engine.errors import RulebookError
+from gpuslo.engine.rule_tests.files import TEST_SUFFIX, RuleTestCase
+from gpuslo.engine.rule_tests.run import load_pair, run_case
 from gpuslo.engine.rulebook.model import Rulebook
-from gpuslo.engine.rulebook.testfile import TEST_SUFFIX, RuleTestCase
-from gpuslo.engine.rulebook.testing import load_pair, run_case
 
 
 class RuleTestFailed(Exception):

@@ -114,6 +114,8 @@ def test_every_setting_is_documented(name: str):
 
 def _leaf_commands(group: click.Group, prefix: str) -> Iterator[str]:
     for name, command in sorted(group.commands.items()):
+        if command.hidden:  # a deprecated old name (cli/credentials.py's DeprecatedAlias), not documented
+            continue
         if isinstance(command, click.Group) and command.commands:
             yield from _leaf_commands(command, f"{prefix} {name}")
         else:
@@ -125,3 +127,13 @@ def test_every_cli_command_is_in_the_readme():
     commands = list(_leaf_commands(main, "gpuslo"))
     assert "gpuslo serve" in commands and "gpuslo rules check" in commands
     assert [command for command in commands if command not in readme] == []
+
+
+# The rulebook stage reads YAML and builds frozen rules; what evaluates them (the plan, the runtime, the matcher,
+# explanations, rule tests) sits above it and is never imported from it.
+ABOVE_THE_RULEBOOK = re.compile(r"gpuslo\.engine\.(runtime|engine_thread|matcher|plan|facts|clock|explain|windows"
+                                r"|backtest|rule_tests|service)(\.|$)")
+
+
+def test_the_rulebook_stage_imports_nothing_that_evaluates_rules():
+    assert _offences(("engine/rulebook",), ABOVE_THE_RULEBOOK) == []

@@ -31,7 +31,7 @@ STATE = "gpuslo.access"
 BOOTSTRAP, OPEN, TOKEN, SESSION, PROXY = "bootstrap", "open", "token", "session", "proxy"
 ALL_PERMISSIONS = frozenset(SCOPES)
 BOOTSTRAP_HINT = ("no user or token exists yet, so gpuslo answers loopback clients only; create one with "
-                  "`gpuslo users create NAME --role admin` or `gpuslo tokens create`")
+                  "`gpuslo users create NAME --role admin` or `gpuslo api-tokens create`")
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from typing import Any, ClassVar
 from sqlalchemy import select
 
 from gpuslo.engine.alerts.egress import GuardedClients, Resolver, TargetPolicy, system_resolver
-from gpuslo.engine.alerts.notification import HttpRequest, Notification
+from gpuslo.engine.alerts.notification import HttpRequest, Notification, Receiver
+from gpuslo.engine.alerts.receiver_config import ConfigProblems, ReceiverType, Target
 from gpuslo.engine.alerts.secrets import Secret
 from gpuslo.engine.alerts.transport import send
 from gpuslo.engine.events import format_time
+from gpuslo.engine.rulebook.marked_yaml import Path_
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.models import ViolationRow
 from gpuslo.engine.store.outbox_models import NotificationRow
@@ -145,3 +147,19 @@ class AlertmanagerResender:
                 log.warning("alertmanager %s: re-sending %d firing alerts failed: %s", receiver.name, len(alerts),
                             outcome.error)
         return sent
+
+
+def parse_config(problems: ConfigProblems, item: dict[str, Any], path: Path_, target: Target) -> Receiver | None:
+    """`url` (the Alertmanager or its /api/v2/alerts), an optional bearer `token` and `resend_interval` (1m)."""
+    url = problems.url(item.get("url"), (*path, "url"), target, secret_allowed=False)
+    token = problems.secret(item["token"], (*path, "token")) if "token" in item else None
+    interval = problems.duration(item.get("resend_interval"), (*path, "resend_interval"), 60.0)
+    if interval < 1:
+        problems.add((*path, "resend_interval"), "resend_interval must be at least 1s")
+        return None
+    if "token" in item and token is None:
+        return None
+    return AlertmanagerReceiver(target[0], str(url), token, interval) if url else None
+
+
+RECEIVER_TYPE = ReceiverType("alertmanager", frozenset({"url", "token", "resend_interval"}), parse_config)

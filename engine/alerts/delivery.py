@@ -64,7 +64,7 @@ class DeliveryPolicy:
 
 def backoff(attempts: int, policy: DeliveryPolicy, rng: random.Random) -> float:
     """Exponential back-off with jitter: half the capped delay plus a random half."""
-    delay = min(policy.max_delay_s, policy.base_delay_s * 2 ** max(0, attempts - 1))
+    delay = min(policy.max_delay_s, policy.base_delay_s * 2.0 ** max(0, attempts - 1))
     return delay / 2 + rng.uniform(0, delay / 2)
 
 

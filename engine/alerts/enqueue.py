@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
@@ -20,8 +20,10 @@ from gpuslo.engine.store.read_models import ViolationView
 
 # Given the session, the violation and now: why it is silenced, or None. Default: the stored silences.
 SilenceCheck = Callable[[Session, ViolationView, datetime], str | None]
-# What a change means for receivers: gpuslo.engine.transitions.NotifyKind's vocabulary.
-EVENTS = ("trigger", "repeat", "acknowledge", "resolve")
+# What a recorded change tells receivers (the view's `notify`, transitions.NotifyKind's vocabulary): a match is
+# a first trigger or a repeat of it; a transition is an acknowledgement or a resolve.
+MatchNotice = Literal["trigger", "repeat"]
+TransitionNotice = Literal["acknowledge", "resolve"]
 
 
 def silence_reason(session: Session, violation: ViolationView, now: datetime) -> str | None:
@@ -49,14 +51,13 @@ def _subject(notification: Notification) -> dict[str, Any]:
 
 
 def enqueue_for_match(session: Session, violation: ViolationView, *, config: AlertsConfig, public_url: str,
-                      now: datetime, event: str | None = None, silenced: SilenceCheck | None = None) -> list[int]:
-    """Outbox rows for a recorded match; `event` (default: the view's `notify`, the lifecycle's decision) is
+                      now: datetime, notice: MatchNotice | None = None,
+                      silenced: SilenceCheck | None = None) -> list[int]:
+    """Outbox rows for a recorded match; `notice` (default: the view's `notify`, the lifecycle's decision) is
     trigger, repeat, or None for nothing to send. Returns the new row ids."""
-    event = event if event is not None else violation.notify
-    if event is None:
+    notice = _match_notice(notice if notice is not None else violation.notify)
+    if notice is None:
         return []
-    if event not in ("trigger", "repeat"):
-        raise ValueError(f"enqueue_for_match: event {event!r} is not trigger or repeat")
     notification = notification_of(violation, "trigger", public_url)
     subject = _subject(notification)
     targets = route(config, subject)
@@ -67,14 +68,24 @@ def enqueue_for_match(session: Session, violation: ViolationView, *, config: Ale
         reason = inhibited_by(config.inhibit, subject, outbox.active_violation_fields(session, violation.host))
     ids = []
     for target in targets:
-        if event == "repeat" and _recently_sent(session, target, notification, now, suppressed=reason is not None):
+        if notice == "repeat" and _recently_sent(session, target, notification, now, suppressed=reason is not None):
             continue
-        wait = target.route.group_wait if event == "trigger" else 0.0
+        wait = target.route.group_wait if notice == "trigger" else 0.0
         ids.append(outbox.enqueue(
             session, violation_id=violation.id, receiver=target.receiver, action="trigger",
             dedup_key=notification.dedup_key, payload=notification.to_dict(), now=now,
             not_before=now + timedelta(seconds=wait), suppressed_reason=reason))
     return ids
+
+
+def _match_notice(notify: str | None) -> MatchNotice | None:
+    if notify is None:
+        return None
+    if notify == "trigger":
+        return "trigger"
+    if notify == "repeat":
+        return "repeat"
+    raise ValueError(f"enqueue_for_match: notice {notify!r} is not trigger or repeat")
 
 
 def _recently_sent(session: Session, target: Target, notification: Notification, now: datetime, *,
@@ -91,7 +102,7 @@ def enqueue_for_transition(session: Session, violation: ViolationView, action: s
     A resolve skips receivers whose route says `send_resolved: false`; neither is ever silenced: a receiver
     that has an incident open must hear that it closed.
     """
-    if action not in ("acknowledge", "resolve"):
+    if action not in get_args(TransitionNotice):
         raise ValueError(f"enqueue_for_transition: action {action!r} is not acknowledge or resolve")
     notification = notification_of(violation, action, public_url)
     routes = {t.receiver: t.route for t in route(config, _subject(notification))}

@@ -3,106 +3,23 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver
-from gpuslo.engine.alerts.egress import Resolver, TargetPolicy, check_url, system_resolver
+from gpuslo.engine.alerts.egress import Resolver, TargetPolicy, system_resolver
 from gpuslo.engine.alerts.notification import SEVERITIES, Receiver
-from gpuslo.engine.alerts.opsgenie import DEFAULT_URL as OPSGENIE_URL
-from gpuslo.engine.alerts.opsgenie import OpsgenieReceiver
-from gpuslo.engine.alerts.pagerduty import DEFAULT_URL as PAGERDUTY_URL
-from gpuslo.engine.alerts.pagerduty import PagerDutyReceiver
+from gpuslo.engine.alerts.receiver_config import ConfigProblems
+from gpuslo.engine.alerts.receivers import RECEIVER_TYPES
 from gpuslo.engine.alerts.routing import MATCH_FIELDS, AlertsConfig, InhibitRule, Matcher, RateLimit, Route
-from gpuslo.engine.alerts.secrets import Secret, is_reference, resolve
-from gpuslo.engine.alerts.slack import SlackReceiver
-from gpuslo.engine.alerts.webhook import FORMATS, WebhookReceiver, signing_key
 from gpuslo.engine.errors import ConfigError, RulebookError
-from gpuslo.engine.rulebook.loader import Document, Path_, decode, load_yaml
-from gpuslo.engine.units import parse_duration
+from gpuslo.engine.rulebook.marked_yaml import Path_, decode, load_yaml
 
 log = logging.getLogger(__name__)
 TOP = {"receivers", "routes", "inhibit"}
-RECEIVER_FIELDS = {
-    "pagerduty": {"routing_key", "url"}, "slack": {"url"}, "opsgenie": {"api_key", "url"},
-    "webhook": {"url", "secret", "format"}, "alertmanager": {"url", "token", "resend_interval"},
-}
-COMMON = {"name", "type", "rate_limit", "allow_private_network", "allow_http"}
+COMMON = {"name", "type", "rate_limit", "allow_private_network", "allow_http"}  # fields every receiver takes
 ROUTE_FIELDS = {"name", "match", "receivers", "group_wait", "repeat_interval", "send_resolved", "continue"}
-
-
-class _Problems:
-    def __init__(self, document: Document, environ: Mapping[str, str] | None, resolver: Resolver):
-        self.doc, self.environ, self.resolver, self.items = document, environ, resolver, []
-        self.secrets: list[Secret] = []
-        self.warnings: list[str] = []
-        self.declared: set[str] = set()  # receiver names, valid or not: routes naming a broken one say nothing more
-
-    def add(self, path: Path_, message: str, *, key: bool = False) -> None:
-        self.items.append(f"{self.doc.at(path, key=key)}: {message}")
-
-    def warn(self, path: Path_, message: str) -> None:
-        self.warnings.append(f"{self.doc.at(path)}: {message}")
-
-    def mapping(self, value: Any, path: Path_, allowed: set[str], what: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            self.add(path, f"{what} must be a mapping")
-            return {}
-        for key in value:
-            if key not in allowed:
-                self.add((*path, key), f"{what}: unknown field '{key}' (known: {', '.join(sorted(allowed))})",
-                         key=True)
-        return value
-
-    def secret(self, value: Any, path: Path_) -> Secret | None:
-        if not isinstance(value, str):
-            self.add(path, "must be a secret reference, 'env:VAR' or 'file:/path'")
-            return None
-        try:
-            found = resolve(value, self.environ)
-        except ValueError as exc:
-            self.add(path, str(exc))  # the message names the reference, never a value
-            return None
-        self.secrets.append(found)
-        return found
-
-    def url(self, value: Any, path: Path_, target: tuple[str, TargetPolicy], *,
-            secret_allowed: bool) -> str | Secret | None:
-        """The receiver's URL once vetted (egress.check_url); a secret URL is named by its reference only."""
-        if isinstance(value, str) and is_reference(value) and secret_allowed:
-            found = self.secret(value, path)
-            checked, shown = (found.value, found.ref) if found else (None, value)
-        else:
-            found = checked = shown = value if isinstance(value, str) else None
-        if checked is None or shown is None:
-            if not isinstance(value, str):
-                self.add(path, "url must be a string")
-            return None
-        name, policy = target
-        verdict = check_url(checked, shown, policy, self.resolver)
-        for error in verdict.errors:
-            self.add(path, f'receiver "{name}": {error}')
-        if verdict.warning:
-            self.warn(path, f'receiver "{name}": {verdict.warning}')
-        return None if verdict.errors else found
-
-    def flag(self, item: dict[str, Any], path: Path_, name: str) -> bool:
-        value = item.get(name, False)
-        if not isinstance(value, bool):
-            self.add((*path, name), f"{name} must be true or false")
-            return False
-        return value
-
-    def duration(self, value: Any, path: Path_, default: float) -> float:
-        if value is None:
-            return default
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            self.add(path, str(exc))
-            return default
 
 
 def load_alerts_config(path: Path, environ: Mapping[str, str] | None = None, *,
@@ -126,13 +43,13 @@ def load_alerts_text(text: str, filename: str, environ: Mapping[str, str] | None
         document = load_yaml(text, filename)
     except RulebookError as exc:
         raise ConfigError(str(exc)) from exc
-    problems = _Problems(document, environ, resolver)
+    problems = ConfigProblems(document, environ, resolver)
     top = problems.mapping(document.data if document.data is not None else {}, (), TOP, "alerts config")
     receivers, limits, targets = _receivers(problems, top.get("receivers", []))
     routes = tuple(_route(problems, item, ("routes", i), receivers)
-                   for i, item in enumerate(_list(problems, top.get("routes", []), ("routes",))))
+                   for i, item in enumerate(problems.as_list(top.get("routes", []), ("routes",))))
     inhibit = tuple(_inhibit(problems, item, ("inhibit", i))
-                    for i, item in enumerate(_list(problems, top.get("inhibit", []), ("inhibit",))))
+                    for i, item in enumerate(problems.as_list(top.get("inhibit", []), ("inhibit",))))
     if problems.items:
         raise ConfigError("\n".join(problems.items))
     for warning in problems.warnings:
@@ -141,25 +58,19 @@ def load_alerts_text(text: str, filename: str, environ: Mapping[str, str] | None
                         tuple(problems.secrets), MappingProxyType(targets), tuple(problems.warnings))
 
 
-def _list(problems: _Problems, value: Any, path: Path_) -> list[Any]:
-    if not isinstance(value, list):
-        problems.add(path, "must be a list")
-        return []
-    return value
-
-
-def _receivers(problems: _Problems,
+def _receivers(problems: ConfigProblems,
                value: Any) -> tuple[dict[str, Receiver], dict[str, RateLimit], dict[str, TargetPolicy]]:
     receivers: dict[str, Receiver] = {}
     limits: dict[str, RateLimit] = {}
     targets: dict[str, TargetPolicy] = {}
-    for index, item in enumerate(_list(problems, value, ("receivers",))):
+    for index, item in enumerate(problems.as_list(value, ("receivers",))):
         path: Path_ = ("receivers", index)
         kind = item.get("type") if isinstance(item, dict) else None
-        if kind not in RECEIVER_FIELDS:
-            problems.add((*path, "type"), f"receiver type must be one of {', '.join(RECEIVER_FIELDS)}")
+        receiver_type = RECEIVER_TYPES.get(kind) if isinstance(kind, str) else None
+        if receiver_type is None:
+            problems.add((*path, "type"), f"receiver type must be one of {', '.join(RECEIVER_TYPES)}")
             continue
-        item = problems.mapping(item, path, COMMON | RECEIVER_FIELDS[kind], f"{kind} receiver")
+        item = problems.mapping(item, path, COMMON | receiver_type.fields, f"{kind} receiver")
         name = item.get("name")
         if not isinstance(name, str) or not name:
             problems.add((*path, "name"), "receiver needs a name")
@@ -169,7 +80,7 @@ def _receivers(problems: _Problems,
         problems.declared.add(name)
         policy = TargetPolicy(allow_private_network=problems.flag(item, path, "allow_private_network"),
                               allow_http=problems.flag(item, path, "allow_http"))
-        built = _BUILDERS[kind](problems, item, path, (name, policy))
+        built = receiver_type.parse(problems, item, path, (name, policy))
         if built is not None:
             receivers[name], targets[name] = built, policy
         if "rate_limit" in item:
@@ -179,72 +90,7 @@ def _receivers(problems: _Problems,
     return receivers, limits, targets
 
 
-_Target = tuple[str, TargetPolicy]  # the receiver's name and what its URL may reach
-
-
-def _pagerduty(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
-    key = problems.secret(item.get("routing_key"), (*path, "routing_key"))
-    url = problems.url(item.get("url", PAGERDUTY_URL), (*path, "url"), target, secret_allowed=False)
-    return PagerDutyReceiver(target[0], key, str(url)) if key and url else None
-
-
-def _slack(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
-    if not (isinstance(item.get("url"), str) and is_reference(item["url"])):
-        problems.add((*path, "url"), "a Slack webhook URL is a secret: write it as 'env:VAR' or 'file:/path'")
-        return None
-    url = problems.url(item["url"], (*path, "url"), target, secret_allowed=True)
-    return SlackReceiver(target[0], url) if isinstance(url, Secret) else None
-
-
-def _opsgenie(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
-    key = problems.secret(item.get("api_key"), (*path, "api_key"))
-    url = problems.url(item.get("url", OPSGENIE_URL), (*path, "url"), target, secret_allowed=False)
-    return OpsgenieReceiver(target[0], key, str(url)) if key and url else None
-
-
-def _webhook(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
-    url = problems.url(item.get("url"), (*path, "url"), target, secret_allowed=True)
-    refs = item.get("secret", [])
-    refs = [refs] if isinstance(refs, str) else refs
-    secrets = []
-    for i, ref in enumerate(_list(problems, refs, (*path, "secret"))):
-        where = (*path, "secret", i) if isinstance(item.get("secret"), list) else (*path, "secret")
-        found = problems.secret(ref, where)
-        if found is not None:
-            try:
-                signing_key(found.value)
-            except ValueError as exc:
-                problems.add(where, f"{found.ref}: {exc}")
-                continue
-            secrets.append(found)
-    if len(secrets) > 2:
-        problems.add((*path, "secret"), "at most two secrets: the new one and the one being rotated out")
-    fmt = item.get("format", "standard")
-    if fmt not in FORMATS:
-        problems.add((*path, "format"), f"format must be one of {', '.join(FORMATS)}")
-        return None
-    return WebhookReceiver(target[0], url, tuple(secrets), fmt) if url else None
-
-
-def _alertmanager(problems: _Problems, item: dict[str, Any], path: Path_, target: _Target) -> Receiver | None:
-    url = problems.url(item.get("url"), (*path, "url"), target, secret_allowed=False)
-    token = problems.secret(item["token"], (*path, "token")) if "token" in item else None
-    interval = problems.duration(item.get("resend_interval"), (*path, "resend_interval"), 60.0)
-    if interval < 1:
-        problems.add((*path, "resend_interval"), "resend_interval must be at least 1s")
-        return None
-    if "token" in item and token is None:
-        return None
-    return AlertmanagerReceiver(target[0], str(url), token, interval) if url else None
-
-
-_BUILDERS: dict[str, Callable[[_Problems, dict[str, Any], Path_, _Target], Receiver | None]] = {
-    "pagerduty": _pagerduty, "slack": _slack, "opsgenie": _opsgenie, "webhook": _webhook,
-    "alertmanager": _alertmanager,
-}
-
-
-def _rate_limit(problems: _Problems, value: Any, path: Path_) -> RateLimit | None:
+def _rate_limit(problems: ConfigProblems, value: Any, path: Path_) -> RateLimit | None:
     value = problems.mapping(value, path, {"per_second", "per_minute", "burst"}, "rate_limit")
     per_second = value.get("per_second", (value.get("per_minute") or 0) / 60)
     burst = value.get("burst", 1)
@@ -257,7 +103,7 @@ def _rate_limit(problems: _Problems, value: Any, path: Path_) -> RateLimit | Non
     return RateLimit(float(per_second), burst)
 
 
-def _matcher(problems: _Problems, value: Any, path: Path_) -> Matcher:
+def _matcher(problems: ConfigProblems, value: Any, path: Path_) -> Matcher:
     value = problems.mapping(value if value is not None else {}, path, {*MATCH_FIELDS, "labels"}, "matcher")
     fields: dict[str, frozenset[str]] = {}
     for name in MATCH_FIELDS:
@@ -273,7 +119,7 @@ def _matcher(problems: _Problems, value: Any, path: Path_) -> Matcher:
                    MappingProxyType({k: _values(problems, v, (*path, "labels", k)) for k, v in labels.items()}))
 
 
-def _values(problems: _Problems, value: Any, path: Path_) -> frozenset[str]:
+def _values(problems: ConfigProblems, value: Any, path: Path_) -> frozenset[str]:
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in items):
         problems.add(path, "must be a string or a list of strings")
@@ -281,10 +127,10 @@ def _values(problems: _Problems, value: Any, path: Path_) -> frozenset[str]:
     return frozenset(str(v) for v in items)
 
 
-def _route(problems: _Problems, item: Any, path: Path_, receivers: Mapping[str, Receiver]) -> Route:
+def _route(problems: ConfigProblems, item: Any, path: Path_, receivers: Mapping[str, Receiver]) -> Route:
     item = problems.mapping(item, path, ROUTE_FIELDS, "route")
     names = item.get("receivers", [])
-    names = [names] if isinstance(names, str) else _list(problems, names, (*path, "receivers"))
+    names = [names] if isinstance(names, str) else problems.as_list(names, (*path, "receivers"))
     for i, name in enumerate(names):
         if name not in receivers and name not in problems.declared:
             problems.add((*path, "receivers", i), f"unknown receiver '{name}'")
@@ -302,10 +148,10 @@ def _route(problems: _Problems, item: Any, path: Path_, receivers: Mapping[str, 
     )
 
 
-def _inhibit(problems: _Problems, item: Any, path: Path_) -> InhibitRule:
+def _inhibit(problems: ConfigProblems, item: Any, path: Path_) -> InhibitRule:
     item = problems.mapping(item, path, {"source", "target", "equal"}, "inhibit rule")
     equal = item.get("equal", [])
-    equal = _list(problems, equal, (*path, "equal"))
+    equal = problems.as_list(equal, (*path, "equal"))
     if not all(isinstance(e, str) for e in equal):
         problems.add((*path, "equal"), "equal must be a list of field or label names")
         equal = []

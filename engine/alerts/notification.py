@@ -81,8 +81,18 @@ class HttpRequest:
 class Receiver(Protocol):
     """A destination that turns a Notification into one HTTP request; sending is the transport's job."""
 
-    name: str
-    kind: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str:
+        """The receiver's `type:` in alerts.yaml."""
+        ...
+
+    @property
+    def actions(self) -> frozenset[str]:
+        """The notification actions it is sent (Alertmanager has no acknowledge)."""
+        ...
 
     def render(self, notification: Notification, message_id: str, now: datetime) -> HttpRequest:
         """The request for this notification; `message_id` is stable across retries (the outbox row)."""

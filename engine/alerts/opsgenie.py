@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote
 
-from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, truncate
+from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, Receiver, truncate
+from gpuslo.engine.alerts.receiver_config import ConfigProblems, ReceiverType, Target
 from gpuslo.engine.alerts.secrets import Secret
+from gpuslo.engine.rulebook.marked_yaml import Path_
 
 DEFAULT_URL = "https://api.opsgenie.com"
 PRIORITY = {"critical": "P1", "error": "P2", "warning": "P3", "info": "P4"}
@@ -32,7 +34,8 @@ class OpsgenieReceiver:
     def render(self, notification: Notification, message_id: str, now: datetime) -> HttpRequest:
         base = self.url.rstrip("/") + "/v2/alerts"
         alias = truncate(notification.dedup_key, ALIAS_LIMIT)
-        note = {"source": "gpuslo", "user": "gpuslo", "note": f"{notification.action} from gpuslo: {notification.url}"}
+        note: dict[str, object] = {"source": "gpuslo", "user": "gpuslo",
+                                   "note": f"{notification.action} from gpuslo: {notification.url}"}
         if notification.action == "trigger":
             url, body = base, _create(notification, alias)
         else:
@@ -58,3 +61,13 @@ def _create(n: Notification, alias: str) -> dict[str, object]:
         "tags": sorted({"gpuslo", n.severity, n.slo}),
         "details": details,
     }
+
+
+def parse_config(problems: ConfigProblems, item: dict[str, Any], path: Path_, target: Target) -> Receiver | None:
+    """`api_key` (a secret reference) and an optional `url` (the API base; the EU instance has its own)."""
+    key = problems.secret(item.get("api_key"), (*path, "api_key"))
+    url = problems.url(item.get("url", DEFAULT_URL), (*path, "url"), target, secret_allowed=False)
+    return OpsgenieReceiver(target[0], key, str(url)) if key and url else None
+
+
+RECEIVER_TYPE = ReceiverType("opsgenie", frozenset({"api_key", "url"}), parse_config)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, truncate
+from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, Receiver, truncate
+from gpuslo.engine.alerts.receiver_config import ConfigProblems, ReceiverType, Target
 from gpuslo.engine.alerts.secrets import Secret
+from gpuslo.engine.rulebook.marked_yaml import Path_
 
 DEFAULT_URL = "https://events.pagerduty.com/v2/enqueue"
 SUMMARY_LIMIT = 1024  # PagerDuty refuses longer summaries
@@ -60,3 +62,13 @@ def _trigger_fields(n: Notification, now: datetime) -> dict[str, object]:
     if n.runbook:
         links.append({"href": n.runbook, "text": "Runbook"})
     return {"payload": payload, "links": links, "client": "gpuslo", "client_url": n.url}
+
+
+def parse_config(problems: ConfigProblems, item: dict[str, Any], path: Path_, target: Target) -> Receiver | None:
+    """`routing_key` (a secret reference) and an optional `url` (the Events API endpoint)."""
+    key = problems.secret(item.get("routing_key"), (*path, "routing_key"))
+    url = problems.url(item.get("url", DEFAULT_URL), (*path, "url"), target, secret_allowed=False)
+    return PagerDutyReceiver(target[0], key, str(url)) if key and url else None
+
+
+RECEIVER_TYPE = ReceiverType("pagerduty", frozenset({"routing_key", "url"}), parse_config)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, truncate
-from gpuslo.engine.alerts.secrets import Secret
+from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, Receiver, truncate
+from gpuslo.engine.alerts.receiver_config import ConfigProblems, ReceiverType, Target
+from gpuslo.engine.alerts.secrets import Secret, is_reference
+from gpuslo.engine.rulebook.marked_yaml import Path_
 
 HEADER_LIMIT = 150  # Slack's limit on a header block's text
 TEXT_LIMIT = 3000  # and on a section's text
@@ -56,3 +58,15 @@ def blocks(n: Notification) -> list[dict[str, object]]:
         {"type": "actions", "elements": [{"type": "button", "text": {"type": "plain_text", "text": "Why it fired"},
                                           "url": n.url, "action_id": "open-violation"}]},
     ]
+
+
+def parse_config(problems: ConfigProblems, item: dict[str, Any], path: Path_, target: Target) -> Receiver | None:
+    """`url`: the incoming webhook URL, itself a secret, so only ever a reference."""
+    if not (isinstance(item.get("url"), str) and is_reference(item["url"])):
+        problems.add((*path, "url"), "a Slack webhook URL is a secret: write it as 'env:VAR' or 'file:/path'")
+        return None
+    url = problems.url(item["url"], (*path, "url"), target, secret_allowed=True)
+    return SlackReceiver(target[0], url) if isinstance(url, Secret) else None
+
+
+RECEIVER_TYPE = ReceiverType("slack", frozenset({"url"}), parse_config)

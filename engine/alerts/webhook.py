@@ -8,10 +8,12 @@ import hmac
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification
+from gpuslo.engine.alerts.notification import ACTIONS, HttpRequest, Notification, Receiver
+from gpuslo.engine.alerts.receiver_config import ConfigProblems, ReceiverType, Target
 from gpuslo.engine.alerts.secrets import Secret
+from gpuslo.engine.rulebook.marked_yaml import Path_
 
 FORMATS = ("standard", "alertmanager")
 SECRET_PREFIX = "whsec_"
@@ -103,3 +105,31 @@ def alertmanager_body(n: Notification, receiver: str, now: datetime | None = Non
         "groupLabels": {"alertname": n.rule}, "commonLabels": labels, "commonAnnotations": annotations,
         "externalURL": n.url.rsplit("/violations/", 1)[0], "alerts": [alert],
     }
+
+
+def parse_config(problems: ConfigProblems, item: dict[str, Any], path: Path_, target: Target) -> Receiver | None:
+    """`url` (plain or a secret reference), `secret` (one or two `whsec_` references, new first) and `format`."""
+    url = problems.url(item.get("url"), (*path, "url"), target, secret_allowed=True)
+    refs = item.get("secret", [])
+    refs = [refs] if isinstance(refs, str) else refs
+    secrets = []
+    for i, ref in enumerate(problems.as_list(refs, (*path, "secret"))):
+        where = (*path, "secret", i) if isinstance(item.get("secret"), list) else (*path, "secret")
+        found = problems.secret(ref, where)
+        if found is not None:
+            try:
+                signing_key(found.value)
+            except ValueError as exc:
+                problems.add(where, f"{found.ref}: {exc}")
+                continue
+            secrets.append(found)
+    if len(secrets) > 2:
+        problems.add((*path, "secret"), "at most two secrets: the new one and the one being rotated out")
+    fmt = item.get("format", "standard")
+    if fmt not in FORMATS:
+        problems.add((*path, "format"), f"format must be one of {', '.join(FORMATS)}")
+        return None
+    return WebhookReceiver(target[0], url, tuple(secrets), fmt) if url else None
+
+
+RECEIVER_TYPE = ReceiverType("webhook", frozenset({"url", "secret", "format"}), parse_config)

@@ -18,8 +18,7 @@ from dataclasses import dataclass, replace
 
 from gpuslo.engine.errors import ConfigError
 from gpuslo.engine.events import Event
-from gpuslo.engine.rulebook.compile import rule_patterns
-from gpuslo.engine.rulebook.model import Rule, Rulebook, SingleEvent
+from gpuslo.engine.rulebook.model import Rule, Rulebook, SingleEvent, rule_patterns
 
 SUBJECT_ROOT = "gpuslo.ev"
 FLEET_SPACE = "fleet"  # the key space of rules with an empty key: one partition

@@ -1,14 +1,13 @@
-"""Turn a validated rulebook document into the frozen model objects."""
+"""Turn a validated rulebook document into the frozen model objects, with the conditions the validation parsed."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gpuslo.engine.rulebook.check_context import expression_location
-from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 from gpuslo.engine.rulebook.model import (
     ARM_ALIAS,
     CLEAR_ALIAS,
@@ -16,6 +15,7 @@ from gpuslo.engine.rulebook.model import (
     Correlation,
     Count,
     EventPattern,
+    Expr,
     Lifecycle,
     Rule,
     Rulebook,
@@ -30,46 +30,29 @@ DEFAULT_GROUP_BY: tuple[str, ...] = ("host",)
 
 
 class _Builder:
-    """Builds model objects from a document that `validate` found no problem in."""
+    """Builds model objects from a document that `validate` found no problem in, and the conditions it parsed."""
 
-    def __init__(self, doc: Document):
+    def __init__(self, doc: Document, conditions: Mapping[Path_, Expr]):
         self.doc = doc
-        data = doc.data
-        self.lists = {k: tuple(v) for k, v in (data.get("lists") or {}).items()}
-        self.macros = dict(data.get("macros") or {})
+        self.conditions = conditions
 
-    def pattern(self, path: Path_, obj: dict[str, Any], alias: str, aliases: dict[str, str]) -> EventPattern:
+    def pattern(self, path: Path_, obj: dict[str, Any], alias: str) -> EventPattern:
         text = obj.get("if")
-        condition = None
-        if text is not None:
-            where, exact = expression_location(self.doc, (*path, "if"))
-            condition = parse_expression(
-                text,
-                obj["event"],
-                location=where,
-                aliases=dict(aliases),
-                macros=self.macros,
-                lists=self.lists,
-                exact_columns=exact,
-            )
+        condition = None if text is None else self.conditions[(*path, "if")]
         return EventPattern(kind=obj["event"], condition=condition, alias=alias, condition_text=text)
 
     def trigger(self, path: Path_, when: dict[str, Any]) -> Trigger:
         same = tuple(when.get("same", ()))
         if "all" in when:
-            aliases: dict[str, str] = {}
-            patterns = []
-            for i, obj in enumerate(when["all"]):
-                patterns.append(self.pattern((*path, "all", i), obj, obj["name"], aliases))
-                aliases[obj["name"]] = obj["event"]
+            patterns = [self.pattern((*path, "all", i), obj, obj["name"]) for i, obj in enumerate(when["all"])]
             return Correlation(
                 tuple(patterns), same, parse_duration(when["within"]), bool(when.get("ordered", False))
             )
         if "absent" in when:
-            pattern = self.pattern(path, {**when, "event": when["absent"]}, "m", {})
-            after = self.pattern((*path, "after"), when["after"], ARM_ALIAS, {}) if "after" in when else None
+            pattern = self.pattern(path, {**when, "event": when["absent"]}, "m")
+            after = self.pattern((*path, "after"), when["after"], ARM_ALIAS) if "after" in when else None
             return Absence(pattern, same, parse_duration(when["for"]), after)
-        pattern = self.pattern(path, when, "m", {})
+        pattern = self.pattern(path, when, "m")
         if "count" in when:
             return Count(pattern, int(when["count"]), same, parse_duration(when["within"]))
         return SingleEvent(pattern)
@@ -99,7 +82,7 @@ class _Builder:
         after = resolve.get("after")
         clear = None
         if "event" in resolve:
-            clear = self.pattern((*path, "resolve"), resolve, CLEAR_ALIAS, {})
+            clear = self.pattern((*path, "resolve"), resolve, CLEAR_ALIAS)
         return Lifecycle(
             repeat_interval_s=parse_duration(obj.get("repeat_interval") or f"{defaults.repeat_interval_s}s"),
             flap_window_s=parse_duration(obj.get("flap_window") or f"{defaults.flap_window_s}s"),
@@ -108,10 +91,11 @@ class _Builder:
         )
 
 
-def build_rulebook(doc: Document, source: str) -> Rulebook:
-    """The frozen Rulebook of a document already checked by `validate.validate`."""
+def build_rulebook(doc: Document, source: str, conditions: Mapping[Path_, Expr]) -> Rulebook:
+    """The frozen Rulebook of a document that `validate.validate` found no problem in, with the conditions it
+    parsed (by path)."""
     data = doc.data
-    builder = _Builder(doc)
+    builder = _Builder(doc, conditions)
     slos = {
         sid: Slo(
             id=sid,
@@ -120,7 +104,7 @@ def build_rulebook(doc: Document, source: str) -> Rulebook:
             objective=s["objective"],
             window=s["window"],
             description=s.get("description", ""),
-            indicator=build_sli(doc, data["rulebook"], sid, s),
+            indicator=build_sli(data["rulebook"], sid, s, conditions),
         )
         for sid, s in data["slos"].items()
     }

@@ -22,11 +22,11 @@ from gpuslo.engine.rulebook.model import (
     Not,
     Or,
 )
-from gpuslo.engine.rulebook.regex import regex_problem
+from gpuslo.engine.rulebook.operators import OPERATORS, SYMBOLS, WORDS
 from gpuslo.engine.units import duration_in, is_byte_literal, is_duration_literal, parse_bytes
 
-KEYWORDS = frozenset({"and", "or", "not", "in", "has", "contains", "matches", "true", "false"})
-COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+KEYWORDS = frozenset({"and", "or", "not", "true", "false"}) | WORDS
+_INFIX = " ".join(name for name, op in OPERATORS.items() if op.takes != "field")  # for "expected a comparison"
 MAX_NESTING = 50  # parentheses, `not` and macros inside one another, in one condition
 _NO_NAMES: Mapping[str, str] = MappingProxyType({})
 _NO_LISTS: Mapping[str, Sequence[LiteralValue]] = MappingProxyType({})
@@ -36,9 +36,9 @@ _TOKEN = re.compile(
   | (?P<number>\d+(?:\.\d+)?[A-Za-z]*)
   | (?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*)
-  | (?P<op>==|!=|<=|>=|<|>)
+  | (?P<op>OPERATOR_SYMBOLS)
   | (?P<punct>[()\[\],])
-""",
+""".replace("OPERATOR_SYMBOLS", "|".join(map(re.escape, SYMBOLS))),
     re.VERBOSE,
 )
 _DURATION_UNIT = {"_ms": "ms", "_us": "us", "_s": "s"}
@@ -253,25 +253,21 @@ class _Parser:
     def comparison(self, token: Token) -> Expr:
         ref, typ = self.field(token)
         op = self.peek()
-        if op.kind == "op":
-            self.take()
-            if op.text not in ("==", "!=") and not _is_numeric(typ):
-                raise self.fail(op, f"'{op.text}' needs a number field; '{ref}' is a string field")
-            return Compare(op.text, ref, self.value(ref, typ))
         if op.kind == "keyword" and op.text == "not" and self.peek(1).text == "in":
             self.take()
             self.take()
             return Not(self.membership(ref, typ))
-        if op.kind == "keyword" and op.text == "in":
-            self.take()
+        operator = OPERATORS.get(op.text) if op.kind in ("op", "keyword") else None
+        if operator is None or operator.takes == "field":
+            raise self.fail(op, f"expected a comparison after '{ref}' ({_INFIX}), found {_show(op)}")
+        self.take()
+        if operator.takes == "list":
             return self.membership(ref, typ)
-        if op.kind == "keyword" and op.text in ("contains", "matches"):
-            self.take()
-            return self.text_match(op.text, ref, typ)
-        raise self.fail(
-            op,
-            f"expected a comparison after '{ref}' (== != < <= > >= in contains matches), found {_show(op)}",
-        )
+        if operator.takes == "string":
+            return self.text_match(operator.name, ref, typ)
+        if operator.takes == "number" and not _is_numeric(typ):
+            raise self.fail(op, f"'{op.text}' needs a number field; '{ref}' is a string field")
+        return Compare(op.text, ref, self.value(ref, typ))
 
     def membership(self, ref: FieldRef, typ: str) -> Compare:
         token = self.peek()
@@ -314,10 +310,10 @@ class _Parser:
         if token.kind != "string":
             raise self.fail(token, f"'{op}' needs a quoted string, found {_show(token)}")
         value = _unquote(token.text)
-        if op == "matches":
-            problem = regex_problem(value)
-            if problem:
-                raise self.fail(token, f"regex {token.text}: {problem[0]}", problem[1])
+        refuse = OPERATORS[op].refuse
+        problem = refuse(value) if refuse is not None else None
+        if problem:
+            raise self.fail(token, f"regex {token.text}: {problem[0]}", problem[1])
         return Compare(op, ref, Literal(value, token.text))
 
     def value(self, ref: FieldRef, typ: str, allow_fields: bool = True) -> Literal | FieldRef:
@@ -401,9 +397,7 @@ def _range_problem(value: object) -> str | None:
 
 
 def _starts_comparison(token: Token) -> bool:
-    return token.kind == "op" or (
-        token.kind == "keyword" and token.text in ("in", "not", "contains", "matches")
-    )
+    return token.kind == "op" or (token.kind == "keyword" and (token.text == "not" or token.text in _INFIX.split()))
 
 
 def _show(token: Token) -> str:

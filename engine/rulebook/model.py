@@ -211,6 +211,19 @@ class Rule:
     overrides: tuple[Override, ...] = ()
 
 
+def trigger_patterns(when: Trigger) -> tuple[EventPattern, ...]:
+    """The event patterns of a trigger: a correlation's, else its one pattern, with an absence's arming pattern."""
+    patterns = when.patterns if isinstance(when, Correlation) else (when.pattern,)
+    return (*patterns, when.after) if isinstance(when, Absence) and when.after is not None else patterns
+
+
+def rule_patterns(rule: Rule) -> tuple[EventPattern, ...]:
+    """Every event pattern of a rule, each an engine rule of its own: the trigger's patterns, an absence's
+    arming pattern (ARM_ALIAS) and the clearing pattern (CLEAR_ALIAS), which the runtime turns into a Clear."""
+    clear = rule.lifecycle.resolve_when
+    return (*trigger_patterns(rule.when), clear) if clear is not None else trigger_patterns(rule.when)
+
+
 @dataclass(frozen=True)
 class Rulebook:
     name: str

@@ -16,21 +16,18 @@ from typing import Any
 
 from gpuslo.engine.errors import Location, RulebookError, RulebookProblem
 from gpuslo.engine.rulebook.build import build_rulebook
-from gpuslo.engine.rulebook.check_context import expression_location
+from gpuslo.engine.rulebook.checks import expression_location
 from gpuslo.engine.rulebook.expr import tokenize
-from gpuslo.engine.rulebook.loader import Document, Path_, load_yaml
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_, load_yaml
 from gpuslo.engine.rulebook.model import Correlation, Override, Rule, Rulebook
-from gpuslo.engine.rulebook.validate import validate
+from gpuslo.engine.rulebook.validate import validate, when_form
 
 TOP_FIELDS = ("rulebook", "description", "macros", "lists", "rules")
 RULE_FIELDS = ("enabled", "severity", "if", "all", "within", "count", "for", "repeat_interval", "flap_window",
                "resolve", "labels")
 OVERRIDE_SUFFIXES = (".yaml", ".yml")
 _WHEN_FIELDS = ("if", "within", "count", "for")  # these live under the shipped rule's `when`
-_APPLIES = {"if": ("single", "count", "absence"), "all": ("correlation",), "within": ("correlation", "count"),
-            "count": ("count",), "for": ("absence",)}
-_FORM_WORDS = {"single": "a single-event rule", "correlation": "a correlation", "count": "a count",
-               "absence": "an absence rule"}
+_TRIGGER_FIELDS = (*_WHEN_FIELDS, "all")  # they apply to a rule whose `when:` form allows them
 _MACRO_IN = re.compile(r"in macro '([A-Za-z_][A-Za-z0-9_]*)'")
 _LIST_IN = re.compile(r"^list '([A-Za-z_][A-Za-z0-9_]*)' holds")
 
@@ -55,12 +52,6 @@ def _hint(word: object, options: Iterable[str], fallback: str | None = None) -> 
     if close:
         return f"did you mean '{close[0]}'?"
     return fallback if fallback is not None else (f"known: {', '.join(options)}" if options else None)
-
-
-def _form(when: Mapping[str, Any]) -> str:
-    if "all" in when:
-        return "correlation"
-    return "count" if "count" in when else "absence" if "absent" in when else "single"
 
 
 def _show(value: object) -> str:
@@ -125,14 +116,14 @@ class _Checker:
             return
         assert isinstance(fields, dict)
         when = self.rules[rid]["when"]
-        form = _form(when)
+        form = when_form(when)
         for name, value in fields.items():
             path = ("rules", rid, name)
             if name not in RULE_FIELDS:
                 self.add(path, f"field '{name}' cannot be overridden", rid,
                          _hint(name, RULE_FIELDS, f"overridable: {', '.join(RULE_FIELDS)}"), key=True)
-            elif name in _APPLIES and form not in _APPLIES[name]:
-                self.add(path, f"'{name}' does not apply to rule '{rid}' ({_FORM_WORDS[form]})", rid, key=True)
+            elif name in _TRIGGER_FIELDS and name not in form.allowed:
+                self.add(path, f"'{name}' does not apply to rule '{rid}' ({form.rule_words})", rid, key=True)
             elif name == "enabled" and not isinstance(value, bool):
                 self.add(path, f"'enabled' must be true or false, got {value!r}", rid)
             elif name in ("labels", "resolve"):
@@ -161,8 +152,9 @@ class _Merger:
 
     def graft(self, src: Path_, dst: Path_) -> None:
         """Marks under `dst` now come from the override's `src` (so problems point at the override file)."""
-        for table, source in ((self.marks, self.over.marks), (self.key_marks, self.over.key_marks),
-                              (self.styles, self.over.styles)):
+        tables: tuple[tuple[dict[Path_, Any], Mapping[Path_, Any]], ...] = (
+            (self.marks, self.over.marks), (self.key_marks, self.over.key_marks), (self.styles, self.over.styles))
+        for table, source in tables:
             for path in [p for p in table if p[: len(dst)] == dst]:
                 del table[path]
             table.update({(*dst, *p[len(src):]): v for p, v in source.items() if p[: len(src)] == src})
@@ -271,11 +263,12 @@ def apply_override(base: Document, source: str, override_text: str, override_fil
         raise RulebookError(sorted(problems, key=lambda p: (p.location.line or 0, p.location.col or 0)))
     merger = _Merger(base, over)
     merged = merger.run()
-    problems = list(dict.fromkeys(_relocate(validate(merged), over, merger.done)))
+    checked = validate(merged)
+    problems = list(dict.fromkeys(_relocate(checked.problems, over, merger.done)))
     if problems:
         raise RulebookError(sorted(problems, key=lambda p: (str(p.location.file), p.location.line or 0,
                                                              p.location.col or 0)))
-    built = build_rulebook(merged, source)
+    built = build_rulebook(merged, source, checked.conditions)
     macros = merged.data.get("macros") or {}
     disabled = {o.name for o in merger.done if o.kind == "rule" and o.field == "enabled"}
     rules = []

@@ -11,8 +11,8 @@ from typing import Any
 import jsonschema
 
 from gpuslo.engine.errors import Location, RulebookProblem
-from gpuslo.engine.rulebook.hints import did_you_mean
-from gpuslo.engine.rulebook.loader import Document, Path_
+from gpuslo.engine.rulebook.checks import did_you_mean
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_
 
 _NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit"
 _JSON_TYPE_WORDS = {

@@ -2,36 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from gpuslo.engine.rulebook.check_context import expression_location
-from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Document, Path_
-from gpuslo.engine.rulebook.model import EventPattern
+from gpuslo.engine.rulebook.marked_yaml import Path_
+from gpuslo.engine.rulebook.model import EventPattern, Expr
 from gpuslo.engine.slo.model import DEFAULT_POLICY, BurnAlert, BurnPair, CompiledSli, Sli
 from gpuslo.engine.units import parse_duration
 
 
-def build_sli(doc: Document, rulebook: str, slo_id: str, slo: dict[str, Any]) -> Sli | None:
-    """The SLI of a validated SLO, or None when it has no `indicator:`."""
+def build_sli(rulebook: str, slo_id: str, slo: dict[str, Any], conditions: Mapping[Path_, Expr]) -> Sli | None:
+    """The SLI of a validated SLO, or None when it has no `indicator:`; `conditions` are those the validation
+    parsed, by path."""
     indicator = slo.get("indicator")
     if not isinstance(indicator, dict):
         return None
     path = ("slos", slo_id, "indicator")
-    data = doc.data if isinstance(doc.data, dict) else {}
-    lists = {k: tuple(v) for k, v in (data.get("lists") or {}).items()}
-    macros = dict(data.get("macros") or {})
     kind = indicator["requests"]["event"]
-
-    def parse(at: Path_, text: str) -> Any:
-        where, exact = expression_location(doc, at)
-        return parse_expression(text, kind, location=where, macros=macros, lists=lists, exact_columns=exact)
-
     request_if = indicator["requests"].get("if")
-    requests = EventPattern(kind, parse((*path, "requests", "if"), request_if) if request_if else None,
+    requests = EventPattern(kind, conditions[(*path, "requests", "if")] if request_if else None,
                             condition_text=request_if)
     return Sli(slo_id=slo_id, rulebook=rulebook, service=slo["service"], description=slo["objective"],
-               requests=requests, good=parse((*path, "good"), indicator["good"]), good_text=indicator["good"],
+               requests=requests, good=conditions[(*path, "good")], good_text=indicator["good"],
                target=float(indicator["target"]), window_s=int(parse_duration(slo["window"])),
                calendar=indicator.get("calendar"), group_by=tuple(indicator.get("group_by", ())),
                policy=_policy(indicator.get("burn_alerts")))

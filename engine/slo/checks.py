@@ -10,13 +10,17 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuslo.engine.errors import RulebookError, RulebookProblem
+from gpuslo.engine.errors import RulebookProblem
 from gpuslo.engine.events import ENVELOPE_FIELDS, KINDS, Event
-from gpuslo.engine.rulebook.check_context import CheckContext, expression_location
-from gpuslo.engine.rulebook.expr import parse_expression
-from gpuslo.engine.rulebook.loader import Path_
+from gpuslo.engine.rulebook.checks import (
+    CheckContext,
+    duration_problem,
+    expression_location,
+    field_problems,
+    kind_problem,
+)
+from gpuslo.engine.rulebook.marked_yaml import Path_
 from gpuslo.engine.rulebook.model import And, Compare, Exists, Expr, Literal, Not, Or
-from gpuslo.engine.rulebook.value_checks import duration_problem, field_problems, kind_problem
 from gpuslo.engine.slo.model import MIN_WINDOW_S
 from gpuslo.engine.units import parse_duration
 
@@ -92,13 +96,9 @@ def _good_can_be_false(ctx: CheckContext, path: Path_, kind: str, requests: obje
     """A request the good condition calls bad must exist, else the SLO can never burn."""
     from gpuslo.engine.slo.predicate import predicate  # here: see build.compile_sli
 
-    if not isinstance(good, str):
-        return
-    try:
-        good_expr = _parse(ctx, (*path, "good"), good, kind)
-        request_expr = _parse(ctx, (*path, "requests", "if"), requests, kind) if isinstance(requests, str) else None
-    except RulebookError:
-        return  # reported by the condition checks
+    good_expr, request_expr = ctx.conditions.get((*path, "good")), ctx.conditions.get((*path, "requests", "if"))
+    if good_expr is None or (isinstance(requests, str) and request_expr is None):
+        return  # no good condition, or one that did not parse (the condition checks report it)
     is_good, is_request = predicate(good_expr), predicate(request_expr)
     exprs = [e for e in (good_expr, request_expr) if e is not None]
     candidates = _candidates(exprs)
@@ -110,11 +110,6 @@ def _good_can_be_false(ctx: CheckContext, path: Path_, kind: str, requests: obje
     yield RulebookProblem(expression_location(ctx.doc, (*path, "good"))[0],
                           "the good condition holds for every request, so the SLO can never burn",
                           hint="a good condition names a field a request can fail on, e.g. itl_max_ms < 200ms")
-
-
-def _parse(ctx: CheckContext, path: Path_, text: str, kind: str) -> Expr:
-    where, exact = expression_location(ctx.doc, path)
-    return parse_expression(text, kind, location=where, macros=ctx.macros, lists=ctx.lists, exact_columns=exact)
 
 
 def _leaves(expr: Expr) -> Iterator[Compare | Exists]:

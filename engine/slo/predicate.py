@@ -1,7 +1,7 @@
 """Conditions of the rule language compiled once into Python predicates over one event (no durable_rules).
 
 The semantics are the engine's and the explainer's (`explain.condition_holds`): a missing field never
-satisfies a comparison, negated or not; `contains`/`matches` are the runtime's text tests. A property test
+satisfies a comparison, negated or not; `contains`/`matches` are the operator table's text tests. A property test
 checks the two agree.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuslo.engine.events import ENVELOPE_FIELDS, Event
-from gpuslo.engine.explain import text_test
-from gpuslo.engine.rulebook.compile import negation_normal_form
 from gpuslo.engine.rulebook.model import And, Compare, Exists, Expr, Literal, Not, Or
+from gpuslo.engine.rulebook.operators import holds as operator_holds
+from gpuslo.engine.rulebook.operators import negation_normal_form
 
 Predicate = Callable[[Event], bool]
 
@@ -43,7 +43,7 @@ def _compare(leaf: Compare, negated: bool) -> Predicate:
         if observed is None:
             return False
         try:
-            return text_test(op, observed, expected) != negated  # type: ignore[arg-type]
+            return operator_holds(op, observed, expected) != negated
         except TypeError:
             return False
     return holds

@@ -6,14 +6,9 @@ lower case), the form Xid lines print. A syslog stamp without a year takes the l
 more than a day ahead of the probe's clock, read as UTC.
 """
 
+from gpuslo.probes.logs.agent_probe import LogsAgentProbe, build_probe
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
 from gpuslo.probes.logs.sources import FileFollower, JournalSource, KmsgSource, StreamSource
 
-__all__ = ["FileFollower", "JournalSource", "KmsgSource", "LogParser", "ParserSettings", "StreamSource"]
-
-
-def build_probe(arg: str | None, host: str):  # type: ignore[no-untyped-def]
-    """The agent's entry point (`--probe logs:PATH[,PATH...]`); see agent_probe.py."""
-    from gpuslo.probes.logs.agent_probe import build_probe as build
-
-    return build(arg, host)
+__all__ = ["FileFollower", "JournalSource", "KmsgSource", "LogParser", "LogsAgentProbe", "ParserSettings",
+           "StreamSource", "build_probe"]

@@ -9,10 +9,16 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from gpuslo.probes.logs import patterns
-from gpuslo.probes.logs.families_cuda import CUDA_FAMILIES_AFTER, CUDA_FAMILIES_BEFORE, _capture_failed
-from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES
-from gpuslo.probes.logs.families_nccl import NCCL_FAMILIES, NCCL_WARN
+from gpuslo.probes.logs.families_cuda import (
+    CUDA_FAMILIES_AFTER,
+    CUDA_FAMILIES_BEFORE,
+    CUDA_STATUS_FAMILIES,
+    _capture_failed,
+)
+from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES, XID_FAMILIES
+from gpuslo.probes.logs.families_loss import LOSS_FAMILIES
+from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
+from gpuslo.probes.logs.families_oom import OOM_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
 
 # The prefilter: every family's start contains one of these words, so lines without them are never parsed. Each
@@ -27,7 +33,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
-    b"' device marked", b"FABRIC_",
+    b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
+    b"NaN", b"nan", b"Invalid loss", b"Current loss scale",
 )
 
 
@@ -43,16 +50,9 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 
 def _families() -> tuple[Family, ...]:
-    by_name = {family.name: family for family in patterns.FAMILIES}
-    head = [by_name[name] for name in ("nvrm_xid", "fallen_off_bus", "nvrm_gpu_lost", "nccl_watchdog")]
-    # the stuck-watchdog sentence is often hard-wrapped: take up to two more lines until "without making progress"
-    head.append(replace(by_name["nccl_heartbeat"], complete=re.compile(r"without\s*making|monitor\s*timed\s*out"),
-                        max_lines=3))
-    head += [by_name[name] for name in ("nccl_comm_abort", "gloo_timeout", "nccl_error", "nccl_cuda_failure")]
-    tail = [by_name[name] for name in ("torch_oom", "tf_oom", "xla_oom", "vllm_kv_cache", "ray_oom", "cuda_status",
-                                       "cuda_graph")]
-    rest = (*head, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE, *tail, *CUDA_FAMILIES_AFTER)
-    assert len({f.name for f in rest}) == len(rest) and len(patterns.FAMILIES) == len(head) + len(tail) + 1
+    rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
+            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES)
+    assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
     return (capture, *rest)
 
@@ -65,7 +65,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
     "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
     "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),
-    "nccl_error_number": ("NCCL Error",), "pg_failed": ("NCCL operations have failed",),
+    "nccl_error_number": ("NCCL Error",), "nccl_tests_failure": ("Test NCCL failure", "Test CUDA failure"),
+    "pg_failed": ("NCCL operations have failed",),
     "pg_work": ("NCCL work", "by watchdog at work"),
     "store_timeout": ("socket has timed out", "DistStoreError", "Socket Timeout"),
     "nccl_op_failed": ("NCCL operation ",), "gsp_timeout": ("_kgspLogXid119",),
@@ -76,7 +77,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "nvlink_down": ("NvLink link",), "device_plugin_xid": ("XidCriticalError",),
     "marked_unhealthy": ("device marked unhealthy",), "dcgm_health": ("DCGM_FR_",),
     "cudnn_status": ("CUDNN_STATUS_",), "device_assert": ("Assertion `",),
-    "kv_capacity": ("stored in KV cache", "Not enough memory"),
+    "kv_capacity": ("stored in KV cache", "Not enough memory", "Error: Prefill out of memory",
+                    "Error: Decode out of memory", "_slots runs out of memory"),
     "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
                      "Failed to allocate CUDA memory"),
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
@@ -91,6 +93,13 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                     "unspecified launch failure", "uncorrectable ECC", "legacy stream", "unjoined work",
                     "stream is capturing"),
     "cuda_call_failed": (") failed with error ",),
+    "loss_became_nonfinite": ("Error: Loss became infinite",),
+    "grad_norm_nonfinite": ("in local grad norm", "Unexpected result "),
+    "loss_stated_nonfinite": (", stopping training", "NaN loss during", "Invalid loss", "gradients are Nan",
+                              "diverged with loss"),
+    "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
+    "anomaly_nonfinite": ("' returned ",),
+    "loss_metric_nonfinite": ("loss",),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
 __all__ = ["FAMILIES", "NEW_RECORD", "TRIGGER", "TRIGGER_WORDS"]

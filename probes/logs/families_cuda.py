@@ -1,26 +1,122 @@
-"""CUDA families beyond PyTorch's wordings: graph capture and update failures in any framework, C++ library
-errors that name the status (RAFT, RMM, thrust, compute-sanitizer), cuDNN status errors, device-side
-assertions (THC/THCUNN and ATen paths), serving engines' KV-cache capacity errors, llama.cpp/TensorRT/Triton
-allocation failures."""
+"""CUDA families: the CUDA status strings of PyTorch and other frameworks, graph capture and update failures in
+any framework, C++ library errors that name the status (RAFT, RMM, thrust, compute-sanitizer), cuDNN status
+errors, device-side assertions (THC/THCUNN and ATen paths), serving engines' KV-cache capacity errors,
+llama.cpp/TensorRT/Triton allocation failures."""
 
 from __future__ import annotations
 
 import re
 
-from gpuslo.probes.logs.patterns import (
-    Family,
-    Found,
-    _api,
-    _c,
-    _clean,
-    _cuda_gpu,
-    _first,
-    _gpu_any,
-    _int,
-    _kind_for,
-    _size,
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _gpu_any, _int, _size
+from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, cuda_status, find_status, status_for_code
+
+# ---- CUDA status strings --------------------------------------------------------------------------------
+
+
+def _kind_for(code: int | None) -> str:
+    if code == 2:
+        return "cuda_oom"
+    if code is not None and code in GRAPH_CODES:
+        return "cuda_graph_error"
+    return "cuda_error"
+
+
+_CUDA_TEXT = re.compile(
+    r"CUDA [Ee]rror:\s*(?P<text>[^\n]+?)(?:\s*(?:when calling|\n|CUDA kernel errors|$))"
+    r"|Cuda failure (?:\d+ )?'(?P<nccl>[^']+)'"
+    r"|cuda runtime error \((?P<code>\d+)\) : (?P<old>[^\n]+?)(?: at |$)"
+    r"|THCudaCheck FAIL[^\n]*?error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
+    # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
+    r"|CUDA error (?P<num>\d+)(?: \[[^\]]*\]| at [^\s:]+:\d+)?:\s*(?P<numtext>[^\n]+)"
+    r"|CUDA failure (?P<ortnum>\d+): (?P<orttext>[^;\n]+)"  # ONNX Runtime: "CUDA failure 906: <text> ; GPU=0 ;"
+    r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
+    r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
+    r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
+    # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
+    # initialization failure with error 35"
+    r"|(?:[Ff]ailed to|[Cc]annot|[Uu]nable to) initiali[sz]e CUDA:\s*(?P<init>[^\n]+?)(?:\s*$|\n)"
+    r"|CUDA initiali[sz]ation failure with error (?P<initnum>\d+)"
+    r"|(?P<driver>CUDA_ERROR_[A-Z_]+)"
+    r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
+_API = re.compile(
+    r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
+    r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
+    r"|cuMem\w+)\b", re.MULTILINE)
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver", "init",
+           "initnum")
+
+
+def _api(text: str) -> str | None:
+    match = _API.search(text)
+    return next((g for g in match.groups() if g), None) if match else None
+
+
+def _cuda_gpu(text: str) -> int | None:
+    return _first(_int(r"current\s*device:\s*(\d+)", text), _int(r"\bGPU=(\d+)", text),
+                  _int(r"\bon\s*device\s*(\d+)", text))
+
+
+def _cuda(text: str) -> Found | None:
+    match = _CUDA_TEXT.search(text)
+    if not match:
+        return None
+    api_name = _api(text)
+    if match.group("cublas"):
+        status = match.group("cublas")
+        if status == "SUCCESS":
+            return None
+        return Found("cuda_error", _clean({"error_name": "CUBLAS_STATUS_" + status,
+                                           "error_code": CUBLAS_STATUS.get(status), "api": api_name}),
+                     gpu=_cuda_gpu(text))
+    stated = next(match.group(g) for g in _STATED if match.group(g))
+    name, code = cuda_status(stated)
+    if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
+        name, code = find_status(text[match.start():]) or (name, code)
+    number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
+              or match.group("initnum"))
+    if code is None and number:
+        name, code = status_for_code(int(number)) or (name, int(number))
+    if name.startswith("CUBLAS_STATUS_"):
+        return None  # "CUDA error: CUBLAS_STATUS_..." is read by the CUBLAS branch on a second search
+    if match.group("nccl") and api_name is None:
+        api_name = "nccl"
+    kind = _kind_for(code)
+    requested = _oom_bytes(text) if kind == "cuda_oom" else None
+    return Found(kind, _clean({"error_name": name, "error_code": code, "api": api_name,
+                               "requested_bytes": requested}), gpu=_cuda_gpu(text))
+
+
+def _oom_bytes(text: str) -> int | None:
+    return _first(_int(r"\((\d+)\s*bytes\)", text), _size(r"allocat\w*\s*(?:SIZE)", text),
+                  _int(r"(\d+)\s*bytes", text))
+
+
+def _cuda_or_cublas(text: str) -> Found | None:
+    cublas = re.search(r"CUBLAS_STATUS_[A-Z_]+", text)
+    return _cuda(cublas.group(0) + " " + text[cublas.end():]) if cublas else _cuda(text)
+
+
+def _graph(text: str) -> Found:
+    named = re.search(r"\b(cudaError(?:StreamCapture\w+|CapturedEvent|GraphExecUpdateFailure))\b", text)
+    status = find_status(named.group(1)) if named else None
+    return Found("cuda_graph_error", _clean({
+        "error_name": named.group(1) if named else "CUDAGraphCaptureError",
+        "error_code": status[1] if status else None, "api": _api(text)}))
+
+
+CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
+    # ggml follows its "CUDA error: ..." with "  current device: N, in function ..." and the failed call
+    Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
+                             r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
+                             r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:"
+                             r"|CUDA initiali[sz]ation failure with error \d"),
+           _cuda_or_cublas,
+           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
+    Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
+                            r"|CUDA graph capture failed"), _graph),
 )
-from gpuslo.probes.logs.units import find_status
+
 
 # ---- graph capture and update ---------------------------------------------------------------------------
 
@@ -90,11 +186,17 @@ def _device_assert(text: str) -> Found:
 
 
 def _kv_capacity(text: str) -> Found:
-    """vLLM's "max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)"
-    and SGLang's "Not enough memory ... --mem-fraction-static": the KV cache cannot hold one request."""
+    """The KV cache or the request pool of a serving engine cannot hold the work: vLLM's "max seq len (N) is
+    larger than the maximum number of tokens that can be stored in KV cache (M)", SGLang's "Not enough memory
+    ... --mem-fraction-static", "Prefill/Decode out of memory. Try to lower your batch size. Try to allocate N
+    tokens. Available tokens: M", "alloc_req_slots runs out of memory", TGI's "Not enough memory to handle N
+    total tokens"."""
     return Found("cuda_oom", _clean({
-        "requested_tokens": _int(r"max\s*seq\s*len\s*\((\d+)\)", text),
-        "available_tokens": _int(r"stored\s*in\s*KV\s*cache\s*\((\d+)\)", text),
+        "requested_tokens": _first(_int(r"max\s*seq\s*len\s*\((\d+)\)", text),
+                                   _int(r"[Tt]ry\s*to\s*allocate\s*(\d+)\s*tokens", text),
+                                   _int(r"handle\s*(\d+)\s*(?:total\s*|prefill\s*)?tokens", text)),
+        "available_tokens": _first(_int(r"stored\s*in\s*KV\s*cache\s*\((\d+)\)", text),
+                                   _int(r"[Aa]vailable\s*tokens:\s*(\d+)", text)),
         "error_name": "InsufficientKVCacheMemory"}))
 
 
@@ -117,7 +219,11 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("kv_capacity", _c(r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV"
                              r" cache"
                              r"|Not enough memory\. Please try to increase --mem-fraction-static"
-                             r"|Not enough memory to allocate KV cache"), _kv_capacity),
+                             r"|Not enough memory to allocate KV cache|Not enough memory to handle \d+ [a-z ]*tokens"
+                             r"|\w*Error: (?:Prefill|Decode) out of memory\. Try to lower your batch size"
+                             r"|\w*Error: \w+_slots runs out of memory"), _kv_capacity,
+           complete=_c(r"[Aa]vailable\s*tokens:\s*\d"), max_lines=3,
+           accept=_c(r"^\s*(?:Try to allocate \d+ tokens|Avail?able tokens:)")),
     Family("alloc_failed", _c(r"cudaMalloc failed: out of memory|failed to allocate CUDA\d* buffer of size \d"
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
                               r"|Failed to allocate CUDA memory with byte size \d"), _alloc_failed),

@@ -1,12 +1,45 @@
-"""Driver, fabric and cluster-tooling families: GSP heartbeat and RPC timeouts, RmInitAdapter failures and
-memory-subsystem errors without an Xid number, NVSwitch SXids and Fabric Manager, the Kubernetes device
-plugin's and DCGM's (and NVSentinel's) health reports."""
+"""Driver, fabric and cluster-tooling families: Xid lines and a GPU fallen off the bus, GSP heartbeat and RPC
+timeouts, RmInitAdapter failures and memory-subsystem errors without an Xid number, NVSwitch SXids and Fabric
+Manager, the Kubernetes device plugin's and DCGM's (and NVSentinel's) health reports."""
 
 from __future__ import annotations
 
 import re
 
-from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _int, _pci, _xid
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _int, _pci
+
+
+def _xid(text: str) -> Found | None:
+    match = re.search(r"NVRM: Xid \(([^)]*)\):\s*(\d+),?\s*(.*)", text)
+    if not match:
+        return None
+    rest = match.group(3)
+    pid = re.match(r"pid=(\d+)", rest)
+    detail = re.sub(r"^(?:pid='?[^,]*'?,\s*)?(?:name=[^,]*,\s*)?", "", rest).strip()
+    return Found("gpu_xid", _clean({"xid": int(match.group(2)), "pci_bus": _pci(match.group(1)),
+                                    "detail": detail[:1024] or None}),
+                 pid=int(pid.group(1)) if pid else None)
+
+
+def _fallen_off(text: str) -> Found:
+    # The driver's code for this fault is Xid 79; the kernel sometimes logs only the sentence.
+    return Found("gpu_xid", _clean({"xid": 79, "pci_bus": _pci(text),
+                                    "detail": "GPU has fallen off the bus (no Xid number in the log)"}))
+
+
+def _gpu_lost_block(text: str) -> Found | None:
+    # "NVRM: The NVIDIA GPU <bdf>" also opens "... is not supported by the NVIDIA driver release": no incident
+    return _fallen_off(text) if re.search(r"fallen\s*off\s*the\s*bus", text) else None
+
+
+XID_FAMILIES: tuple[Family, ...] = (
+    Family("nvrm_xid", _c(r"NVRM: Xid \("), _xid),
+    Family("fallen_off_bus", _c(r"(?:GPU has|has) fallen off the bus|: GPU is lost\b"), _fallen_off),
+    # recent drivers split the sentence over "NVRM: " lines (dmesg indents them; journald prefixes each)
+    Family("nvrm_gpu_lost", _c(r"NVRM: The NVIDIA GPU [0-9a-fA-F]{4,8}:"), _gpu_lost_block,
+           complete=_c(r"fallen\s*off\s*the\s*bus"), max_lines=4, joiner="\n",
+           accept=_c(r"^\s*NVRM: (?!Xid \(|The NVIDIA GPU )"), strict=True),
+)
 
 
 def _pci_after(label: str, text: str) -> str | None:

@@ -1,21 +1,114 @@
-"""NCCL and c10d families beyond the watchdog line: ProcessGroupNCCL's other wordings across PyTorch versions,
-NCCL WARN network failures, c10d store timeouts, JAX/XLA's NCCL operation failures."""
+"""NCCL and c10d families: the watchdog, heartbeat, communicator-abort, gloo and "NCCL error" lines,
+ProcessGroupNCCL's other wordings across PyTorch versions, NCCL WARN network failures, c10d store timeouts,
+JAX/XLA's NCCL operation failures."""
 
 from __future__ import annotations
 
 import re
 
-from gpuslo.probes.logs.patterns import (
-    _NCCL_CODES,
-    _NCCL_RESULTS,
-    Family,
-    Found,
-    _c,
-    _clean,
-    _cuda,
-    _first_rank,
-    _int,
-    _pg,
+from gpuslo.probes.logs.families_cuda import _cuda
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first_rank, _int, _pg
+
+_NCCL_RESULTS = {  # ncclResult_t: the phrase PyTorch prints → (name, value)
+    "unhandled cuda error": ("ncclUnhandledCudaError", 1), "unhandled system error": ("ncclSystemError", 2),
+    "internal error": ("ncclInternalError", 3), "invalid argument": ("ncclInvalidArgument", 4),
+    "invalid usage": ("ncclInvalidUsage", 5),
+    "remote process exited or there was a network error": ("ncclRemoteError", 6),
+}
+_NCCL_CODES = {name: code for name, code in _NCCL_RESULTS.values()}
+
+
+def _watchdog(text: str) -> Found:
+    return Found("nccl_timeout", _clean({
+        "op": op.group(1) if (op := re.search(r"OpType=(\w+)", text)) else None,
+        "seq": _int(r"SeqNum=(\d+)", text), "timeout_ms": _int(r"Timeout\(ms\)=(\d+)", text),
+        "elapsed_ms": _int(r"ran\s*for\s*(\d+)\s*milliseconds", text), "numel": _int(r"NumelIn=(\d+)", text),
+        "pg": _pg(text)}), rank=_first_rank(text))
+
+
+def _heartbeat(text: str) -> Found:
+    stuck = _int(r"stuck\s*for\s*(\d+)\s*seconds", text)
+    return Found("nccl_timeout", _clean({
+        "op": "heartbeat_monitor", "timeout_ms": stuck * 1000 if stuck is not None else None, "pg": _pg(text)}),
+        rank=_first_rank(text))
+
+
+def _nccl_block(text: str) -> Found | None:
+    last = re.search(r"Last error:\s*\n\s*([^\n]+)", text)
+    detail = last.group(1).strip() if last else None
+    if detail and "Cuda failure" in detail:
+        found = _cuda(detail)
+        if found:
+            return Found(found.kind, found.attrs, rank=_first_rank(text))
+    named = re.search(r"\b(nccl[A-Z]\w*Error)\b", text)
+    name = named.group(1) if named else None
+    if name is None:
+        for phrase, (result, _) in _NCCL_RESULTS.items():
+            if phrase in text:
+                name = result
+                break
+    reason = re.search(r"NCCL error(?: in: [^,]*,)?:?\s*([^\n]+)", text)
+    return Found("nccl_error", _clean({
+        "error_name": name, "error_code": _NCCL_CODES.get(name or ""),
+        "detail": (detail or (reason.group(1).strip() if reason else None) or "")[:1024] or None}),
+        rank=_first_rank(text))
+
+
+def _nccl_warn(text: str) -> Found | None:
+    rest = text.split("NCCL WARN", 1)[-1].strip()
+    if "Cuda failure" in rest:
+        return _cuda(rest)
+    if re.search(r"Got completion from peer|Connection closed by remote peer|Connection reset by peer"
+                 r"|remote process exited", rest):
+        return Found("nccl_error", {"error_name": "ncclRemoteError", "error_code": 6, "detail": rest[:1024]})
+    return None
+
+
+_ALLOC_FAILED = r"Failed to CUDA [a-z ]*?(\d+) bytes"  # NCCL's alloc.h: "Failed to CUDA calloc 6291456 bytes"
+
+
+def _nccl_cuda_failure(text: str) -> Found | None:
+    """`NCCL WARN Cuda failure '...'`, with the size from the same thread's `Failed to CUDA calloc N bytes`."""
+    head, _, follow = text.partition("\n")
+    found = _nccl_warn(head)
+    requested = _int(_ALLOC_FAILED, follow)
+    if found is None or found.kind != "cuda_oom" or requested is None:
+        return found
+    return Found(found.kind, {**found.attrs, "requested_bytes": requested})
+
+
+def _gloo_timeout(text: str) -> Found:
+    # Gloo names the transport operation that waited (recv/send), not the collective, nor a sequence number.
+    op = re.search(r"for\s*(\w+)\s*operation", text)
+    return Found("nccl_timeout", _clean({"op": f"gloo:{op.group(1)}" if op else None,
+                                         "timeout_ms": _int(r"waiting\s*(\d+)\s*ms", text)}),
+                 rank=_first_rank(text))
+
+
+def _comm_abort(text: str) -> Found | None:
+    if "Watchdog caught" in text:
+        return _watchdog(text)
+    reason = re.search(r"Original reason for failure was:\s*(.+)", text)
+    name = next((result for phrase, (result, _) in _NCCL_RESULTS.items() if reason and phrase in reason.group(1)),
+                "ncclCommAborted")
+    return Found("nccl_error", _clean({"error_name": name, "error_code": _NCCL_CODES.get(name),
+                                       "detail": reason.group(1).strip()[:1024] if reason else None}),
+                 rank=_int(r"aborted on rank (\d+)", text))
+
+
+NCCL_BASE_FAMILIES: tuple[Family, ...] = (
+    Family("nccl_watchdog", _c(r"Watchdog caught collective operation timeout"), _watchdog,
+           complete=_c(r"before\s*timing\s*out"), max_lines=4),
+    # the stuck-watchdog sentence is often hard-wrapped: take up to two more lines until "without making progress"
+    Family("nccl_heartbeat", _c(r"Heartbeat monitor timed out|[Ww]atchdog got stuck for"), _heartbeat,
+           complete=_c(r"without\s*making|monitor\s*timed\s*out"), max_lines=3),
+    Family("nccl_comm_abort", _c(r"communicator was aborted on rank"), _comm_abort),
+    Family("gloo_timeout", _c(r"Timed out waiting \d+ms for \w+ operation to complete"), _gloo_timeout),
+    Family("nccl_error", _c(r"NCCL error(?: in:|:)"), _nccl_block, complete=_c(r"Last error:\s*\n\s*\S"),
+           max_lines=5, joiner="\n", accept=_c(r"^\s*(?:nccl\w*\s*:|Last error:)")),
+    Family("nccl_cuda_failure", _c(r"NCCL WARN Cuda failure"), _nccl_cuda_failure,
+           complete=_c(_ALLOC_FAILED), max_lines=2, joiner="\n", accept=_c(r"NCCL WARN " + _ALLOC_FAILED),
+           strict=True),
 )
 
 
@@ -61,7 +154,9 @@ def _store_timeout(text: str) -> Found:
 _WARN_RESULTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), name) for p, name in (
     (r"Got completion from peer|Connection closed by remote peer|Connection reset by peer|Broken pipe"
      r"|remote process exited|remote hang ?up|peer .{0,40}(?:closed|disconnected)", "ncclRemoteError"),
-    (r"socket\w*Connect\w*:?.{0,120}(?:failed|timed out|refused|no POLLOUT)|Connect to \S+ failed"
+    # NCCL before 2.12 worded a failed IB work completion without the peer ("Got completion with error 12")
+    (r"Got completion with error \d|socket\w*Connect\w*:?.{0,120}(?:failed|timed out|refused|no POLLOUT)"
+     r"|Connect to \S+ failed"
      r"|Connection (?:timed out|refused)|Socket recv failed|Call to (?:recv|send|connect|accept)\b.{0,80}failed"
      r"|\bibv_\w+ failed|NET/IB ?: .{0,60}(?:failed|port error|catastrophic)|Got async event : (?:port error|local "
      r"catastrophic)|failed to extend /dev/shm|posix_fallocate failed|Bootstrap.{0,40}(?:failed|timed out)"
@@ -104,7 +199,22 @@ def _nccl_error_number(text: str) -> Found:
                                        "detail": (detail or "")[:1024] or None}), rank=_first_rank(text))
 
 
+def _nccl_tests_failure(text: str) -> Found | None:
+    """nccl-tests: "Test NCCL failure common.cu:343 'unhandled cuda error'" and "Test CUDA failure common.cu:N
+    'out of memory'" (the text is ncclGetErrorString's or cudaGetErrorString's)."""
+    match = re.search(r"Test (NCCL|CUDA) failure \S+ '([^']+)'", text)
+    if not match:
+        return None
+    if match.group(1) == "CUDA":
+        return _cuda(f"CUDA error: {match.group(2)}")
+    # newer nccl-tests add the last error: 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '
+    name = next((result for phrase, (result, _) in _NCCL_RESULTS.items() if phrase in match.group(2).lower()), None)
+    return Found("nccl_error", _clean({"error_name": name, "error_code": _NCCL_CODES.get(name or ""),
+                                       "detail": match.group(2)[:1024]}))
+
+
 NCCL_FAMILIES: tuple[Family, ...] = (
+    Family("nccl_tests_failure", _c(r"Test (?:NCCL|CUDA) failure \S+ (?=')"), _nccl_tests_failure),
     Family("nccl_error_number", _c(r"NCCL Error \d+: "), _nccl_error_number),
     Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed),
     Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"

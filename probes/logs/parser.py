@@ -27,6 +27,7 @@ _SAME_INCIDENT: dict[str, tuple[str, ...]] = {
     "cuda_oom": ("requested_bytes", "error_name"), "cuda_error": ("error_name",),
     "cuda_graph_error": ("error_name",), "nccl_timeout": ("op", "seq"), "nccl_error": ("error_name",),
     "gpu_xid": ("xid", "pci_bus"), "gpu_fault": ("fault", "pci_bus"),
+    "loss_nonfinite": ("value", "metric"),  # a trainer prints the NaN loss every step: one incident
 }
 # Names a family gives when the line names no status; a copy with the real name is the same incident.
 _UNNAMED = frozenset({"CUDAGraphCaptureError"})

@@ -15,7 +15,7 @@ from gpuslo.engine.errors import ProbeError
 try:
     import ahocorasick_rs
 except ImportError:  # a platform without a wheel: the regex engine finds the same lines, slower
-    ahocorasick_rs = None
+    ahocorasick_rs = None  # type: ignore[assignment]
 
 Engine = Literal["auto", "automaton", "regex"]
 

@@ -39,8 +39,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\[default\d+\]: ?",  # older torchrun --tee
     r"\[pod/[^\]\s]+\] ",  # kubectl logs --prefix
     r"[\w.-]+ +\| ",  # docker compose
-    # Ray and vLLM worker prefixes: "(RayWorkerWrapper pid=1, ip=10.0.0.2)", "(VllmWorker rank=1 pid=7)"
-    r"\((?:[\w.-]+[, ]+)?" + _KV + r"(?:[, ]+" + _KV.replace("?P<pid>", "?:").replace("?P<wrank>", "?:")
+    # Ray and vLLM worker prefixes: "(RayWorkerWrapper pid=1, ip=10.0.0.2)", "(VllmWorker rank=1 pid=7)", and a
+    # Ray actor named by its role: "(ActorWorker(actor_train-1) pid=18175, ip=...)"
+    r"\((?:[\w.-]+(?:\([\w.-]+\))?[, ]+)?" + _KV + r"(?:[, ]+" + _KV.replace("?P<pid>", "?:").replace("?P<wrank>", "?:")
     + r")*\) ",
     r"\((?:raylet|gcs_server|[\w.-]+)\) ",
     # vLLM's logger: "ERROR 08-01 10:00:00 [core.py:12] " (newer) or "... core.py:12] " (older)
@@ -151,8 +152,16 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
                 log_host=log_host, origin=origin)
 
 
+# A glog/c10 record header inside a line, after the end of an earlier record's sentence: lines whose newlines a
+# paste or a progress bar lost ("... incomplete data. [E ProcessGroupNCCL.cpp:460] To avoid ...").
+_GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]\d{0,4}[\d:. ]*?\s?[\w./-]+\."
+                           r"(?:cpp|cc|cu|h|hpp|py):\d+\] )")
+
+
 def segments(raw: str) -> list[str]:
-    """Split a physical line on carriage returns: progress bars redraw with `\\r`, a message may follow."""
-    if "\r" not in raw:
-        return [raw]
-    return [part for part in raw.split("\r") if part.strip()]
+    """Split a physical line into the records it holds: progress bars redraw with `\\r` and a message may follow;
+    a paste that lost its newlines glues glog records together."""
+    parts = raw.split("\r") if "\r" in raw else [raw]
+    if "] " in raw:
+        parts = [piece for part in parts for piece in _GLUED_RECORD.split(part)]
+    return [part for part in parts if part.strip()] if len(parts) > 1 else parts

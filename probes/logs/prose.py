@@ -19,7 +19,10 @@ _STRUCTURED_HEAD = re.compile(
     r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
     r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
-    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:)")
+    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:"
+    r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
+# an exception head ("torch.distributed.DistBackendError: "), which a sentence may quote: "The error message X: ..."
+_EXCEPTION_HEAD = re.compile(r"(?:^|\s)[\w.]*(?:Error|Exception)\b:")
 _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers and names have capitals or _)
 # after the token: the verbs and joins of an explanation, or an enum value
 _PROSE_TAIL = re.compile(
@@ -47,6 +50,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     if _CODE_HEAD.search(head):
         return True  # source code: a case label, a comparison, an enum
     structured = bool(_STRUCTURED_HEAD.search(head))
+    exception = _EXCEPTION_HEAD.search(head)
+    if exception and _quoted_exception(head[:exception.start()]):
+        return True  # "The error message torch...DistBackendError: ... indicates": a message a sentence quotes
     if _LIST_ITEM.match(text) and not structured:
         return True
     if _QUOTED_HEAD.search(head) and _WORD.search(head):
@@ -58,6 +64,23 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     return not structured and bool(_PROSE_TAIL.match(tail))
 
 
+_SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
+
+
+def _quoted_exception(before: str) -> bool:
+    """Only plain words in front of an exception head ("The error message X: ..."): a sentence that quotes it."""
+    return bool(_SENTENCE_START.fullmatch(before)) and len(_WORD.findall(before)) >= 2
+
+
+_OPENING_QUOTE = re.compile(r"(?:^|(?<=[\s(\[:=,]))[\"`]")  # a quote after a space or an opener opens
+
+
 def _open_quote(head: str) -> bool:
-    """The head opened a quotation it has not closed."""
-    return (head.count('"') % 2 == 1 or head.count("`") % 2 == 1 or head.count("“") > head.count("”"))
+    """The head opened a quotation it has not closed. A straight quote opens only after a space or an opener
+    and closes otherwise: `File "x.py", line 3` is balanced, and so is a line that starts inside a path
+    (`...23py", line 69`)."""
+    opened = {'"': False, "`": False}
+    for match in re.finditer(r"[\"`]", head):
+        quote = match.group(0)
+        opened[quote] = not opened[quote] and bool(_OPENING_QUOTE.match(head, match.start()))
+    return bool(opened['"'] or opened["`"]) or head.count("“") > head.count("”")

@@ -55,6 +55,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature("device-unhealthy", "gpu_fault", CASCADE, "the device plugin marks a GPU unhealthy after its Xid",
               _fault_in("device_unhealthy")),
     Signature("driver-fault", "gpu_fault", ROOT, "GSP, adapter init, memory, NVSwitch or fabric fault"),
+    Signature("nonfinite-loss", "loss_nonfinite", ROOT, "a training loss or gradient became NaN or Inf"),
     Signature("oom", "cuda_oom", ROOT, "an allocation failed: the process asked for more memory than was free"),
     Signature("cuda-previous-error", "cuda_error", CASCADE, "a status that reports an earlier error",
               _name_in(*_PREVIOUS)),

@@ -85,6 +85,7 @@ CUDA_ERRORS: dict[str, tuple[str, int]] = {
 }
 _CUDA_ERRORS_LOWER = {text.lower(): value for text, value in CUDA_ERRORS.items()}
 _BY_NAME = {name: (name, code) for name, code in CUDA_ERRORS.values()}
+_BY_CODE = {code: (name, code) for name, code in CUDA_ERRORS.values()}
 CUBLAS_STATUS = {"NOT_INITIALIZED": 1, "ALLOC_FAILED": 3, "INVALID_VALUE": 7, "ARCH_MISMATCH": 8,
                  "MAPPING_ERROR": 11, "EXECUTION_FAILED": 13, "INTERNAL_ERROR": 14, "NOT_SUPPORTED": 15,
                  "LICENSE_ERROR": 16}
@@ -136,6 +137,11 @@ _DRIVER_ENUMS = {
     "CUDA_ERROR_SYSTEM_NOT_READY": "cudaErrorSystemNotReady",
 }
 _NAMED = re.compile(r"\b(?:cuda|hip)Error[A-Z]\w*|\bCUDA_ERROR_[A-Z_]+")
+
+
+def status_for_code(code: int) -> tuple[str, int] | None:
+    """The cudaError_t (name, code) a bare number stands for ("CUDA initialization failure with error 35")."""
+    return _BY_CODE.get(code)
 
 
 def find_status(text: str) -> tuple[str, int] | None:

@@ -93,9 +93,9 @@ def test_repeats_respect_the_routes_repeat_interval(database: Database, record) 
     _, view = record(database, enqueue=enqueuer())
     with database.session() as session:
         assert enqueue_for_match(session, view, config=config(), public_url=URL, now=T0 + timedelta(minutes=30),
-                                 event="repeat") == []
+                                 notice="repeat") == []
         later = enqueue_for_match(session, view, config=config(), public_url=URL, now=T0 + timedelta(hours=2),
-                                  event="repeat")
+                                  notice="repeat")
     assert len(later) == 2
 
 

@@ -9,7 +9,8 @@ from types import MappingProxyType
 from engine_support import T0
 
 from gpuslo.engine.events import Event
-from gpuslo.engine.rulebook.compile import compile_rulebook
+from gpuslo.engine.matcher import definition as dialect
+from gpuslo.engine.plan import plan_rulebook
 from gpuslo.engine.rulebook.model import ARM_ALIAS, Absence
 from gpuslo.engine.runtime import RuleEvaluator
 
@@ -187,11 +188,11 @@ def test_compiled_form_has_one_engine_rule_per_pattern(rulebook):
   summary: "{{ event.host }} not back"
   remediation: r
 """
-    unit = compile_rulebook(rulebook(cross_kind), ruleset="x")
+    unit = plan_rulebook(rulebook(cross_kind), ruleset="x")
     assert unit.kinds == {"probe_status", "gpu_xid"}
     assert {name: action.alias for name, action in unit.actions.items()} == {
         "x|xid-host-not-back|m": "m", f"x|xid-host-not-back|{ARM_ALIAS}": ARM_ALIAS}
-    definition = unit.definition_dict()
+    definition = dialect(unit)
     assert definition[f"r_xid-host-not-back__{ARM_ALIAS}"]["all"] == [
         {ARM_ALIAS: {"$and": [{"kind": "gpu_xid"}, {"xid": 79}]}}]
     assert unit.max_window_s == 600.0

@@ -1,4 +1,5 @@
-"""The compiled form of a rulebook that uses every trigger and operator, compared with a golden file.
+"""The plan of a rulebook that uses every trigger and operator, in durable_rules' dialect, compared with a golden
+file.
 
 Regenerate after an intended change with: GPUSLO_UPDATE_GOLDEN=1 pytest tests/engine/test_compile_golden.py
 """
@@ -9,17 +10,18 @@ import json
 import os
 from pathlib import Path
 
+from gpuslo.engine import matcher
+from gpuslo.engine.plan import plan_rulebook
 from gpuslo.engine.rulebook import load_rulebook
-from gpuslo.engine.rulebook.compile import compile_rulebook
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
 def _compiled() -> dict:
-    unit = compile_rulebook(load_rulebook(GOLDEN / "diagnostics.yaml"), ruleset="diagnostics")
+    unit = plan_rulebook(load_rulebook(GOLDEN / "diagnostics.yaml"), ruleset="diagnostics")
     return {
         "ruleset": unit.ruleset,
-        "definition": unit.definition_dict(),
+        "definition": matcher.definition(unit),
         "kinds": sorted(unit.kinds),
         "keys": sorted(unit.keys),
         "text_tests": [vars(t) for t in unit.text_tests],

@@ -15,8 +15,9 @@ from durable import engine
 
 from gpuslo.engine.errors import EventError
 from gpuslo.engine.events import parse_event
+from gpuslo.engine.matcher import definition
+from gpuslo.engine.plan import plan_rulebook
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.rulebook.compile import compile_rulebook
 
 
 class _Host(engine.Host):
@@ -71,7 +72,7 @@ def test_compiled_patterns_always_start_with_kind_under_and():
     rulebooks, problems = load_directory(Path("rules"))
     assert problems == ()
     for rulebook in rulebooks:
-        for rule in compile_rulebook(rulebook).definition_dict().values():
+        for rule in definition(plan_rulebook(rulebook)).values():
             for pattern in rule["all"]:
                 (body,) = pattern.values()
                 assert list(body) == ["$and"] and "kind" in body["$and"][0], json.dumps(rule)
@@ -82,5 +83,5 @@ def test_compiled_rules_never_join_inside_the_engine():
     # every compiled engine rule has exactly one pattern, and windows are joined by the runtime.
     rulebooks, _ = load_directory(Path("rules"))
     for rulebook in rulebooks:
-        for rule in compile_rulebook(rulebook).definition_dict().values():
+        for rule in definition(plan_rulebook(rulebook)).values():
             assert len(rule["all"]) == 1

@@ -11,7 +11,7 @@ import pytest
 
 from gpuslo.engine import runtime
 from gpuslo.engine.config import Settings
-from gpuslo.engine.rulebook.compile import compile_rulebook
+from gpuslo.engine.plan import plan_rulebook
 from gpuslo.engine.service import Gpuslo
 
 RULEBOOK = """\
@@ -47,9 +47,9 @@ def test_a_rulebook_the_engine_refuses_keeps_its_running_version(tmp_path: Path,
         def refusing(rulebook: Any, **kwargs: Any) -> Any:  # the engine side failing for b version 2 and for c
             if (rulebook.name, rulebook.version) in {("b", "2"), ("c", "1")}:
                 raise OverflowError("the engine cannot hold this")
-            return compile_rulebook(rulebook, **kwargs)
+            return plan_rulebook(rulebook, **kwargs)
 
-        monkeypatch.setattr(runtime, "compile_rulebook", refusing)
+        monkeypatch.setattr(runtime, "plan_rulebook", refusing)
         for name in ("a", "b"):
             _write(tmp_path, name, "2")
         _write(tmp_path, "c", "1")

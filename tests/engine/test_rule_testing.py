@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from gpuslo.cli.rules_test import rules_test
 from gpuslo.engine.errors import RulebookError
-from gpuslo.engine.rulebook.testfile import BASE_TIME, load_test_file
-from gpuslo.engine.rulebook.testing import Coverage, coverage, find_test_files, load_pair, run_test_file
+from gpuslo.engine.rule_tests.files import BASE_TIME, load_test_file
+from gpuslo.engine.rule_tests.run import Coverage, coverage, find_test_files, load_pair, run_test_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"

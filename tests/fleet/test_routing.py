@@ -22,7 +22,7 @@ from gpuslo.engine.fleet.routing import (
     space_of,
 )
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.rulebook.compile import rule_patterns
+from gpuslo.engine.rulebook.model import rule_patterns
 
 SHIPPED = load_directory(RULES)[0]
 

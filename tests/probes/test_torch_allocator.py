@@ -16,6 +16,7 @@ from gpuslo.probes.shipper import Shipper, ShipperConfig
 from gpuslo.probes.spool import Spool
 from gpuslo.probes.torch_allocator import (
     SNAPSHOT_FLOOR_S,
+    AllocatorProbe,
     AllocatorState,
     Reporter,
     TorchCudaSource,
@@ -172,3 +173,18 @@ def test_without_torch_the_source_says_so(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "torch", None)  # what an environment without PyTorch looks like
     with pytest.raises(ProbeError, match="PyTorch is not installed"):
         TorchCudaSource()
+
+
+def test_the_agent_face_samples_through_one_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    source = RecordedSource("torch-snapshot-fragmented.json")
+    probe = AllocatorProbe("srv-3", interval_s=1.0, snapshot_min_interval_s=0.0, source_factory=lambda: source)
+    probe.start()
+    (job,) = probe.jobs()
+    events = job.run()
+    assert [(e.kind, e.host, e.gpu) for e in events] == [("mem_fragmentation", "srv-3", 4),
+                                                         ("mem_fragmentation", "srv-3", 6)]
+    assert events[0].attrs["fragmentation_ratio"] == round(5 / 7, 6)
+    probe.stop()
+    with pytest.raises(ProbeError, match="not started"):
+        job.run()

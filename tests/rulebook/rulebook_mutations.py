@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from gpuslo.engine.errors import RulebookError
 from gpuslo.engine.events import parse_event
 from gpuslo.engine.explain import SummaryRenderer
+from gpuslo.engine.matcher import definition
+from gpuslo.engine.plan import plan_rulebook
 from gpuslo.engine.rulebook import load_rulebook_text
-from gpuslo.engine.rulebook.compile import compile_rulebook
-from gpuslo.engine.rulebook.loader import decode
+from gpuslo.engine.rulebook.marked_yaml import decode
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = tuple(
@@ -142,8 +143,7 @@ def load_everything(raw: bytes) -> str:
         for problem in exc.problems:
             assert str(problem).startswith(f"{FILENAME}"), str(problem)
         return "refused"
-    compiled = compile_rulebook(book, ruleset="fuzz")
-    orjson.dumps(compiled.definition_dict())  # what matcher.register hands the engine core (64-bit numbers only)
+    orjson.dumps(definition(plan_rulebook(book, ruleset="fuzz")))  # what the matcher hands the C core (64-bit ints)
     renderer = SummaryRenderer()
     for rule in book.rules:
         assert renderer.render(rule, EVENT, {"host": "node-a"})  # never raises; default text at worst

@@ -286,7 +286,7 @@ def test_a_summary_nested_too_deeply_for_python_is_refused_at_load(rulebook_text
 
 def test_a_loader_bug_costs_only_its_file(tmp_path: Path, rulebook_text: Callable[..., str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuslo.engine.rulebook as rulebook_package
+    import gpuslo.engine.rulebook.load as rulebook_package
 
     (tmp_path / "a.yaml").write_text(rulebook_text())
     (tmp_path / "b.yaml").write_text(rulebook_text().replace("mini", "other").replace("id: r1", "id: r2"))

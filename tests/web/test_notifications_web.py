@@ -97,7 +97,7 @@ def _deliver(core: Any, receiver: Receiver) -> tuple[int, dict[str, int]]:
     now = datetime.now(UTC)
     with core.database.session() as session:
         enqueue_for_match(session, view, config=core.alerts, public_url="https://gpuslo.example", now=now,
-                          event="trigger")
+                          notice="trigger")
     clock = [now]
     worker = DeliveryWorker(core.database, core.alerts, POLICY, clock=lambda: clock[0])
     try:

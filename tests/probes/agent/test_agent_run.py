@@ -12,6 +12,7 @@ import pytest
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.probes.agent import Agent, AgentConfig, ProbeSpec, load_probe, probe_specs
+from gpuslo.probes.kinds import PROBE_KINDS
 from gpuslo.probes.probe_api import ProbeJob
 
 
@@ -72,7 +73,8 @@ def test_agent_reports_unavailable_probes_and_ships_the_others(tmp_path: Path, i
     assert status["nvml"]["state"] == "unavailable"
     assert "libnvidia-ml.so.1" in status["nvml"]["detail"]
     assert status["nosuch"] == {"probe": "nosuch", "state": "unavailable", "dropped": 0,
-                                "detail": "nosuch: no such probe in this build of gpuslo"}
+                                "detail": "nosuch: no such probe in this build of gpuslo (probes: "
+                                          + ", ".join(PROBE_KINDS) + ")"}
     assert "not a probe name" in status["Bad-Name"]["detail"]
     # One job of the probe fails on every run: the probe is degraded, reported once, not flapping.
     states = [s["attrs"]["state"] for s in stored if s["kind"] == "probe_status" and s["attrs"]["probe"] == "ticks"]
@@ -102,6 +104,7 @@ def test_probe_specs_parse_name_and_argument() -> None:
     assert str(ProbeSpec("logs", "/x")) == "logs:/x"
 
 
-def test_a_probe_module_without_build_probe_is_refused() -> None:
-    with pytest.raises(ProbeError, match="has no build_probe"):
+def test_a_module_that_is_not_in_the_probe_table_is_no_probe() -> None:
+    # Before the table, any gpuslo.probes.<name> module was tried; the spool module is not a probe.
+    with pytest.raises(ProbeError, match="spool: no such probe"):
         load_probe(ProbeSpec("spool"), "h")

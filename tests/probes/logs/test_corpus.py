@@ -5,7 +5,7 @@ The held-out split's first, untuned measurement is kept beside it (corpus/heldou
 from __future__ import annotations
 
 import pytest
-from corpus import READ_TIME, SPLITS, check, load, run
+from corpus import READ_TIME, SPLITS, check, load, run, score
 
 from gpuslo.engine.events import parse_event
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
@@ -28,7 +28,15 @@ def test_excerpt_gives_its_events_and_fields(case):
         assert parse_event(event.to_dict()) == event  # every event is valid on the wire
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.split}:{c.name}")
+def test_the_second_held_out_split_meets_the_bar():
+    """heldout2.yaml keeps its misses (its first run is in heldout2-first-run.txt): recall >= 95 %, at most one
+    false positive per 20 look-alikes, fields >= 90 % right."""
+    result = score(load("heldout2"))
+    assert result["recall"] >= 0.95 and result["field_accuracy"] >= 0.90, result["failing"]
+    assert result["false_positives"] * 20 <= result["lookalikes"], result["failing"]
+
+
+@pytest.mark.parametrize("case", CASES + load("heldout2") + load("heldout-nan"), ids=lambda c: f"{c.split}:{c.name}")
 def test_fast_scan_matches_line_by_line(case):
     data = case.text.encode() if case.text.endswith("\n") else case.text.encode() + b"\n"
     slow = LogParser(ParserSettings(host="node1", source=case.name), clock=lambda: READ_TIME)

@@ -190,3 +190,20 @@ def test_wrapped_watchdog_timeout_is_one_event_and_the_next_record_is_kept():
                                          "numel": 1024}),
         ("cuda_error", None, 4, None, {"error_name": "cudaErrorMisalignedAddress", "error_code": 716}),
     ]
+
+
+def test_glued_glog_records_split_but_worker_prefixes_do_not():
+    """A paste that lost its newlines holds several records on one line; each record is read on its own. A Ray
+    worker's `(Worker pid=N) [rankN]:[E ...]` prefix and a progress bar's `...][E ...]` are not sentences."""
+    glued = (b"[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the asynchronous"
+             b" nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. [E Process"
+             b"GroupNCCL.cpp:460] To avoid data inconsistency, we are taking the entire process down. terminate called"
+             b" after throwing an instance of 'std::runtime_error' what(): NCCL error: unhandled system error, NCCL"
+             b" version 2.14.3 ncclSystemError: System call (e.g. socket, malloc) or external library call failed\n")
+    assert [(e.kind, e.attrs.get("error_name")) for e in parse_all(glued)] == [
+        ("nccl_timeout", None), ("nccl_error", "ncclSystemError")]
+    ray = (b"(RayWorkerWrapper pid=5120) [rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective"
+           b" operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000)"
+           b" ran for 600012 milliseconds before timing out.\n")
+    (event,) = parse_all(ray)
+    assert (event.kind, event.pid, event.rank, event.attrs["seq"]) == ("nccl_timeout", 5120, 1, 7)

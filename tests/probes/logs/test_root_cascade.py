@@ -1,6 +1,6 @@
 """Root or cascade: the registry's label on every log event, and the job-level correlation (rules/rootcause.yaml)
 on recorded multi-rank incidents: the real two-H200 NCCL hang (no root: a rank that never joined) and the
-NCCL fixtures of public reports put together as the ranks of one job (an OOM at the root)."""
+NCCL fixtures of public reports put together as the ranks of one job (an OOM, or a NaN gradient, at the root)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[3]
 RECORDING = ROOT / "examples" / "incidents" / "h200x2-nccl-hang.jsonl"
 CASCADE_RULES = {"root-cuda-error-then-nccl-timeout", "root-cuda-error-then-nccl-error",
                  "root-cuda-error-then-previous-error", "root-oom-then-nccl-timeout", "root-oom-then-nccl-error",
-                 "root-driver-fault-then-nccl-timeout"}
+                 "root-driver-fault-then-nccl-timeout", "root-nonfinite-loss-then-nccl-timeout",
+                 "root-nonfinite-loss-then-nccl-error"}
 
 
 def evaluator() -> RuleEvaluator:
@@ -92,3 +93,24 @@ def test_the_documented_inhibition_pages_once_for_the_root():
     assert "violation 1" in (inhibited_by(config.inhibit, timeout, [root]) or "")
     other_job = {**timeout, "group": {"job": "train-10"}}
     assert inhibited_by(config.inhibit, other_job, [root]) is None
+
+
+def test_a_nan_gradient_on_one_rank_is_the_root_of_the_other_ranks_timeouts():
+    """nan_loss.log (rank 13 stops on a NaN grad norm) and nccl_timeouts.log (the other ranks' watchdog timeouts
+    and abort), read as two hosts' logs of one job: the NaN is named as the root, once per job."""
+    root_side = job_events("nan_loss.log", "train-11", "node-a")
+    victims = job_events("nccl_timeouts.log", "train-11", "node-b")
+    assert [(e.kind, e.rank, e.gpu, e.attrs.get("metric"), e.labels["role"]) for e in root_side] == [
+        ("loss_nonfinite", None, None, "lm loss", "root"), ("loss_nonfinite", 13, 5, "grad_norm", "root")]
+    assert root_side[0].attrs == {"value": "nan", "step": 731, "metric": "lm loss"}
+    cascade = analyze_cascade(root_side + victims)  # the root that names its rank and GPU
+    assert cascade is not None and cascade.root is root_side[1] and len(cascade.cascades) == len(victims)
+    fired = [m for m in evaluator().evaluate(sorted(root_side + victims, key=lambda e: (e.time, e.id)))]
+    assert {m.rule_id for m in fired if m.rule_id in CASCADE_RULES} == {
+        "root-nonfinite-loss-then-nccl-timeout", "root-nonfinite-loss-then-nccl-error"}
+    assert {m.group_key for m in fired if m.rule_id in CASCADE_RULES} == {"job=train-11"}
+    assert "training-loss-nonfinite" in {m.rule_id for m in fired}
+    summaries = {m.summary for m in fired if m.rule_id == "root-nonfinite-loss-then-nccl-timeout"}
+    assert any("Root cause: loss_nonfinite on node-a rank 13 GPU 5 (error_name AssertionError, metric grad_norm)"
+               in s and "Page for the non-finite grad_norm on node-a rank 13, not for the timeouts." in s
+               for s in summaries), summaries

@@ -18,10 +18,10 @@ from typing import Any
 
 from gpuslo.engine.errors import EventError, Location, RulebookError, RulebookProblem
 from gpuslo.engine.events import Event, format_time, parse_event
-from gpuslo.engine.rulebook.loader import Document, Path_, decode, load_yaml
+from gpuslo.engine.rulebook.load import TEST_SUFFIX
+from gpuslo.engine.rulebook.marked_yaml import Document, Path_, decode, load_yaml
 from gpuslo.engine.units import parse_duration
 
-TEST_SUFFIX = ".test.yaml"
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)  # `at: 0s`; fixed so failures read the same on every run
 _TOP = ("rulebook", "defaults", "tests")
 _CASE = ("name", "events", "until", "expect", "not_expect")

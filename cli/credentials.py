@@ -1,6 +1,8 @@
-"""`gpuslo tokens` and `gpuslo users`: API tokens and human accounts, written straight to the database.
+"""`gpuslo api-tokens` and `gpuslo users`: API tokens and human accounts, written straight to the database.
 
-Each change writes an audit row in its own transaction, with the actor `cli:<login name>`.
+Each change writes an audit row in its own transaction, with the actor `cli:<login name>`. The command was
+`gpuslo tokens`, a name it shared with the LLM tokens of `gpuslo probe tokens`; that name stays a hidden alias for
+one release and says so on stderr.
 """
 
 from __future__ import annotations
@@ -50,12 +52,12 @@ def _when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%SZ") if moment else "-"
 
 
-@click.group()
-def tokens() -> None:
+@click.group("api-tokens")
+def api_tokens() -> None:
     """Create, list and revoke API tokens (scopes: ingest, read, operate, admin)."""
 
 
-@tokens.command("create")
+@api_tokens.command("create")
 @click.option("--name", required=True, help="Who or what uses the token (shown in the audit log as token:NAME).")
 @click.option("--scope", "scopes", multiple=True, required=True, type=click.Choice(SCOPES),
               help="A permission; repeat for several. admin implies operate and read; operate implies read.")
@@ -75,7 +77,7 @@ def tokens_create(ctx: click.Context, name: str, scopes: tuple[str, ...]) -> Non
     click.echo(clear)
 
 
-@tokens.command("list")
+@api_tokens.command("list")
 @click.pass_context
 def tokens_list(ctx: click.Context) -> None:
     """List tokens (id, name, prefix, scopes, created, revoked); never the tokens themselves."""
@@ -86,7 +88,7 @@ def tokens_list(ctx: click.Context) -> None:
                    f"{'revoked ' + _when(t.revoked_at) if t.revoked_at else 'active'}")
 
 
-@tokens.command("revoke")
+@api_tokens.command("revoke")
 @click.argument("token_id", type=int)
 @click.pass_context
 def tokens_revoke(ctx: click.Context, token_id: int) -> None:
@@ -102,6 +104,23 @@ def tokens_revoke(ctx: click.Context, token_id: int) -> None:
 
     token = _audited(ctx, change)
     click.echo(f"revoked token {token.id} ({token.name})")
+
+
+class DeprecatedAlias(click.Group):
+    """A hidden old name of a group: the same subcommands, after a deprecation note on stderr."""
+
+    def __init__(self, name: str, target: click.Group, removal: str):
+        super().__init__(name, commands=target.commands, hidden=True,
+                         help=f"Deprecated name of `gpuslo {target.name}` (removed in {removal}).")
+        self.target, self.removal = target, removal
+
+    def invoke(self, ctx: click.Context) -> object:
+        click.echo(f"warning: `gpuslo {self.name}` is deprecated and will be removed in {self.removal}; "
+                   f"use `gpuslo {self.target.name}` (same subcommands)", err=True)
+        return super().invoke(ctx)
+
+
+tokens_alias = DeprecatedAlias("tokens", api_tokens, removal="the next release")
 
 
 @click.group()

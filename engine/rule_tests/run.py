@@ -14,18 +14,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuslo.engine.clock import RULE_TESTS, Feed
 from gpuslo.engine.errors import GpusloError, Location, RulebookError, RulebookProblem
-from gpuslo.engine.rulebook import load_rulebook
-from gpuslo.engine.rulebook.model import Absence, Correlation, Rulebook, Trigger
-from gpuslo.engine.rulebook.testfile import (
+from gpuslo.engine.rule_tests.files import (
     BASE_TIME,
-    TEST_SUFFIX,
     Expectation,
     RuleTestCase,
     RuleTestFile,
     load_test_file,
     read_test_header,
 )
+from gpuslo.engine.rulebook import load_rulebook
+from gpuslo.engine.rulebook.load import TEST_SUFFIX
+from gpuslo.engine.rulebook.model import Rulebook, trigger_patterns
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.violations import Match
 
@@ -160,16 +161,16 @@ def run_case(rulebook: Rulebook, case: RuleTestCase, *, lateness_s: float = 60.0
     """Evaluate the case's events, in file order, with a fresh evaluator loaded with this one rulebook's rules
     (its SLIs' burn alerts are not part of rule tests).
 
-    The clock follows event time: before each event it ticks to that event's time (so a silence that one
-    late event ends still counts for absence rules), and at the end to `until` when the case gives it."""
-    evaluator = RuleEvaluator(lateness_s=lateness_s, measure_slos=False)  # rules only; tests/slo test the SLIs
+    The clock (clock.RULE_TESTS) follows event time: before each event it ticks to that event's time (so a
+    silence that one late event ends still counts for absence rules), and at the end to `until` when the case
+    gives it."""
+    evaluator = RuleEvaluator(lateness_s=lateness_s, measure_slos=False, clock=RULE_TESTS)  # tests/slo test SLIs
     evaluator.load([rulebook])
+    feed = Feed(evaluator, RULE_TESTS)
     got: list[Match] = []
     for event in case.events:
-        got += evaluator.tick(event.timestamp)
-        got += evaluator.evaluate([event])
-    if case.until_s is not None:
-        got += evaluator.tick((BASE_TIME + timedelta(seconds=case.until_s)).timestamp())
+        got += feed.push(event)
+    got += feed.finish(None if case.until_s is None else (BASE_TIME + timedelta(seconds=case.until_s)).timestamp())
     return CaseResult(case, tuple(got), check_case(case, got))
 
 
@@ -226,16 +227,8 @@ def coverage(rulebook: Rulebook, tests: RuleTestFile) -> Coverage:
     fired = {e.rule for case in tests.cases for e in case.expect}
     silent = {rule for case in tests.cases for rule in case.not_expect}
     for rule in rulebook.rules:
-        kinds = _kinds(rule.when)
+        kinds = {p.kind for p in trigger_patterns(rule.when)}
         if any(case.silent and any(e.kind in kinds for e in case.events) for case in tests.cases):
             silent.add(rule.id)
     ids = [r.id for r in rulebook.rules]
     return Coverage(tuple(i for i in ids if i not in fired), tuple(i for i in ids if i not in silent))
-
-
-def _kinds(when: Trigger) -> set[str]:
-    if isinstance(when, Correlation):
-        return {p.kind for p in when.patterns}
-    if isinstance(when, Absence) and when.after is not None:
-        return {when.pattern.kind, when.after.kind}
-    return {when.pattern.kind}

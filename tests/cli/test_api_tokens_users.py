@@ -1,8 +1,10 @@
-"""`gpuslo tokens` and `gpuslo users` against a real SQLite database: tokens shown once, hashes stored, audited."""
+"""`gpuslo api-tokens` (and its old name `gpuslo tokens`) and `gpuslo users` against a real SQLite database:
+tokens shown once, hashes stored, audited."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -20,16 +22,16 @@ def _run(url: str, *args: str, input: str | None = None):
     return result
 
 
-def test_tokens_create_list_revoke(tmp_path: Path):
+def test_api_tokens_create_list_revoke(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'gpuslo.db'}"
-    made = _run(url, "tokens", "create", "--name", "probes", "--scope", "ingest", "--scope", "read")
+    made = _run(url, "api-tokens", "create", "--name", "probes", "--scope", "ingest", "--scope", "read")
     assert made.exit_code == 0, made.output
     clear = made.stdout.strip().splitlines()[-1]
     assert clear.startswith("gps_") and len(clear) > 40
-    listed = _run(url, "tokens", "list")
+    listed = _run(url, "api-tokens", "list")
     assert "probes" in listed.stdout and "ingest,read" in listed.stdout and clear not in listed.stdout
-    assert _run(url, "tokens", "revoke", "1").exit_code == 0
-    again = _run(url, "tokens", "revoke", "1")
+    assert _run(url, "api-tokens", "revoke", "1").exit_code == 0
+    again = _run(url, "api-tokens", "revoke", "1")
     assert again.exit_code == 2 and "already revoked" in again.output
     database = Database(url)
     try:
@@ -44,6 +46,20 @@ def test_tokens_create_list_revoke(tmp_path: Path):
         assert rows[0].actor.startswith("cli") and rows[1].after["revoked_at"]
     finally:
         database.dispose()
+
+
+def test_the_old_name_tokens_still_works_hidden_with_a_deprecation_note(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'gpuslo.db'}"
+    made = _run(url, "tokens", "create", "--name", "old-script", "--scope", "ingest")
+    assert made.exit_code == 0, made.output
+    note = "warning: `gpuslo tokens` is deprecated and will be removed in the next release; use `gpuslo api-tokens`"
+    assert made.stderr.startswith(note) and note not in made.stdout
+    assert made.stdout.strip().startswith("gps_")  # the token alone on stdout, as before: scripts keep working
+    listed = _run(url, "tokens", "list")
+    assert "old-script" in listed.stdout and listed.stderr.startswith(note)
+    assert "old-script" in _run(url, "api-tokens", "list").stdout
+    help_text = _run(url, "--help").stdout
+    assert "api-tokens" in help_text and not re.search(r"^\s+tokens\s", help_text, re.MULTILINE)
 
 
 def test_users_create_from_prompt_and_file_then_change(tmp_path: Path):
