@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 
 from gpuslo.engine.alerts import DeliveryPolicy, DeliveryWorker, enqueue_for_match, load_alerts_text
 from gpuslo.engine.events import parse_event
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
@@ -85,7 +85,7 @@ def run(database: Database, count: int, timeout_s: float, hanging: bool) -> floa
         for n in range(count):
             event, match = _match(n, now)
             repository.store_events(session, [event], now=now)
-            view = repository.record_match(session, match, now=now)
+            view = violations.record_match(session, match, now=now)
             enqueue_for_match(session, view, config=config, public_url="https://gpuslo.example", now=now)
     worker = DeliveryWorker(database, config, DeliveryPolicy(timeout_s=timeout_s, lease_s=timeout_s * 3 + 60))
     scheduler = BackgroundScheduler(timezone=UTC)

@@ -1,23 +1,24 @@
 """Backtest: run recorded events (JSON Lines) through rulebooks without storing anything, and fold what
-would have fired by rule and group key; compare what a changed rulebook adds and removes."""
+would have fired into violations with the store's transitions; compare what a changed rulebook adds and removes."""
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, BinaryIO
 
+from gpuslo.engine import transitions
 from gpuslo.engine.clock import BACKTEST, Feed
 from gpuslo.engine.errors import EventError, GpusloError
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.slo.counter import GroupFigures
+from gpuslo.engine.transitions import ViolationState
 from gpuslo.engine.violations import Match
 
 _RECENT_IDS = 100_000  # duplicate ids are skipped as ingest would; bounded like the runtime's memory of ids
@@ -40,7 +41,7 @@ class BadLine:
 
 @dataclass(frozen=True)
 class FoldedViolation:
-    """The matches of one rule and group key, folded as the store would fold them into one violation."""
+    """What backtest reports of one violation the matches would have raised (a ViolationState of the fold)."""
 
     rule: str
     rulebook: str
@@ -51,6 +52,12 @@ class FoldedViolation:
     count: int
     first_seen: datetime
     last_seen: datetime
+
+    @classmethod
+    def of(cls, state: ViolationState) -> FoldedViolation:
+        assert state.latest is not None  # every state of a fold of matches has its latest match
+        return cls(state.rule_id, state.rulebook, state.latest.severity, state.group, state.group_key,
+                   state.latest.summary, state.occurrences, state.first_seen, state.last_seen)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -88,23 +95,17 @@ class Comparison:
 
 
 class _Folder:
-    """Folds matches by (rule, group key), keeping first/last seen and the latest summary."""
+    """Folds matches into violations as the store does (transitions.apply_match), on event time."""
 
     def __init__(self) -> None:
-        self.folded: OrderedDict[tuple[str, str], FoldedViolation] = OrderedDict()
+        self.folded: OrderedDict[tuple[str, str], ViolationState] = OrderedDict()
 
     def add(self, match: Match) -> None:
         key = (match.rule_id, match.group_key)
-        old = self.folded.get(key)
-        if old is None:
-            self.folded[key] = FoldedViolation(
-                match.rule_id, match.rulebook, match.severity, MappingProxyType(dict(match.group)),
-                match.group_key, match.summary, 1, match.seen_at, match.seen_at)
-            return
-        latest = match.seen_at >= old.last_seen
-        self.folded[key] = replace(
-            old, count=old.count + 1, summary=match.summary if latest else old.summary,
-            first_seen=min(old.first_seen, match.seen_at), last_seen=max(old.last_seen, match.seen_at))
+        self.folded[key] = transitions.apply_match(self.folded.get(key), match, match.seen_at).after
+
+    def violations(self) -> tuple[FoldedViolation, ...]:
+        return tuple(FoldedViolation.of(state) for state in self.folded.values())
 
 
 def read_events(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[Event | BadLine]:
@@ -161,7 +162,7 @@ def backtest(path: Path, rulebook_sets: Sequence[Sequence[Rulebook]], *, latenes
     for feed, folder in zip(feeds, folders, strict=True):
         for match in feed.finish():
             folder.add(match)
-    return tuple(BacktestResult(events, duplicates, tuple(f.folded.values()), tuple(bad), tuple(e.slo.figures()))
+    return tuple(BacktestResult(events, duplicates, f.violations(), tuple(bad), tuple(e.slo.figures()))
                  for f, e in zip(folders, evaluators, strict=True))
 
 

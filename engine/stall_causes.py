@@ -11,7 +11,7 @@ from gpuslo.engine.events import Event
 from gpuslo.engine.stall_clusters import Clustering, cluster
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import EventFilter
+from gpuslo.engine.store.read_models import EventFilter
 
 log = logging.getLogger(__name__)
 CLUSTER_INTERVAL_S = 300.0

@@ -70,7 +70,7 @@ class Explanation:
 class Match:
     """A rule fired for a group key; the store folds matches of one rule and key into one violation.
 
-    The last three fields carry the rule's lifecycle options (see gpuslo.engine.incidents).
+    The last three fields carry the rule's lifecycle options (see gpuslo.engine.transitions).
     """
 
     rule_id: str

@@ -6,7 +6,7 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from gpuslo.engine.events import event_json_schema
 from gpuslo.engine.ingest_types import IngestReport
-from gpuslo.engine.store.views import RulebookVersionView
+from gpuslo.engine.store.read_models import RulebookVersionView
 from gpuslo.web import ingest_body
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError

@@ -9,7 +9,7 @@ from flask import Blueprint, render_template, request
 
 from gpuslo.engine.events import Event
 from gpuslo.engine.store.charts import EventSeries
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 from gpuslo.web.chart_data import memory_timeline, token_heatmap, token_series_key
 from gpuslo.web.context import current_core
 from gpuslo.web.filters import ChartFilter, chart_filter

@@ -14,7 +14,7 @@ from gpuslo.engine.events import KINDS
 from gpuslo.engine.rulebook.model import SEVERITIES
 from gpuslo.engine.store.notifications import NotificationFilter
 from gpuslo.engine.store.outbox_models import NOTIFICATION_STATUSES
-from gpuslo.engine.store.views import EventFilter, ViolationFilter
+from gpuslo.engine.store.read_models import EventFilter, ViolationFilter
 from gpuslo.engine.violations import STATUSES
 from gpuslo.web.errors import RequestError
 

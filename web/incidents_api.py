@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, Response, jsonify, request
 
-from gpuslo.engine.store.views import SilenceView
+from gpuslo.engine.store.read_models import SilenceView
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.incident_input import action_input, silence_input

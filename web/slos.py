@@ -6,7 +6,7 @@ from flask import Blueprint, Response, jsonify, render_template
 
 from gpuslo.engine.slo.model import LOOKBACKS
 from gpuslo.engine.slo.report import SloGroup
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.web.context import current_core
 from gpuslo.web.errors import RequestError
 from gpuslo.web.slo_chart import burn_chart

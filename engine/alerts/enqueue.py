@@ -16,12 +16,12 @@ from gpuslo.engine.alerts.notification import Notification, dedup_key_for, viola
 from gpuslo.engine.alerts.routing import AlertsConfig, Target, inhibited_by, route
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store import outbox, silences
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 
 # Given the session, the violation and now: why it is silenced, or None. Default: the stored silences.
 SilenceCheck = Callable[[Session, ViolationView, datetime], str | None]
-# What a recorded change tells receivers (the lifecycle's decision, the view's `notify`; incidents.py's vocabulary):
-# a match is a first trigger or a repeat of it; a transition is an acknowledgement or a resolve.
+# What a recorded change tells receivers (the view's `notify`, transitions.NotifyKind's vocabulary): a match is
+# a first trigger or a repeat of it; a transition is an acknowledgement or a resolve.
 MatchNotice = Literal["trigger", "repeat"]
 TransitionNotice = Literal["acknowledge", "resolve"]
 

@@ -24,7 +24,7 @@ from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.engine_output import Notify, write_output
+from gpuslo.engine.store.engine_output import Notify, record_result
 from gpuslo.engine.violations import Clear, Match
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,11 @@ class PartitionRunner:
 def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
     """Merge consecutive results into as few as keep stream order: a new one starts only where a match follows
     a clear of the same rule and group key. Events are left out (the batch marks them processed once); the
-    events whose evaluation raised are kept, each in the result its part merged into."""
+    events whose evaluation raised are kept, each in the result its part merged into.
+
+    SLI counts are left out: an event reaches one partition per key space that reads its kind, so partitions
+    storing SLIs would count it once per space (and never count kinds no rule reads). Fleet SLIs need a routing
+    of their own (docs/notes/h12-write.md)."""
     merged: list[EngineResult] = []
     matches: list[Match] = []
     clears: list[Clear] = []
@@ -291,7 +295,7 @@ def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Not
         repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
     results = _in_order([result for item in pending for result in item.results])
     for result in results:
-        write_output(session, result, now, notify)
+        record_result(session, result, now, notify)
     repository.mark_processed(session, [e.id for e in events], now)  # an embedded engine never redoes them
     evaluated = poison.evaluation_quarantined(results)
     poison.quarantine(session, evaluated, now)

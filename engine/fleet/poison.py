@@ -15,7 +15,7 @@ from gpuslo.engine.events import Event
 from gpuslo.engine.runtime import EngineResult
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.engine_output import Notify, write_output
+from gpuslo.engine.store.engine_output import Notify, record_result
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def write_in_parts(session: Session, results: Sequence[EngineResult], events: Se
         for part in parts:
             try:
                 with session.begin_nested():
-                    write_output(session, part, now, notify)
+                    record_result(session, part, now, notify)
             except Exception as exc:  # noqa: BLE001  # this part alone fails: its events are the poison
                 log.exception("storing one part of a partition batch failed; its event is quarantined")
                 cited = [e for m in part.matches for e in m.explanation.evidence if e.id in ids]

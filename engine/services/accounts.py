@@ -11,7 +11,7 @@ from gpuslo.engine.store import audit, credentials, web_sessions
 from gpuslo.engine.store.audit import AuditEntry, AuditFilter
 from gpuslo.engine.store.credentials import TokenView, UserView
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import Page
+from gpuslo.engine.store.read_models import Page
 
 EXPORTS = {"csv": audit.export_csv, "json": audit.export_json}
 

@@ -12,7 +12,7 @@ from gpuslo.engine.alerts import AlertsConfig, enqueue_for_change
 from gpuslo.engine.store import audit
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 
 T = TypeVar("T")
 

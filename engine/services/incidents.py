@@ -11,7 +11,7 @@ from gpuslo.engine.errors import GpusloError
 from gpuslo.engine.services.changes import Changes, utcnow
 from gpuslo.engine.store import lifecycle, silences
 from gpuslo.engine.store.audit import AuditNote
-from gpuslo.engine.store.views import SilenceView, ViolationView
+from gpuslo.engine.store.read_models import SilenceView, ViolationView
 
 log = logging.getLogger(__name__)
 # How often auto-resolve and silence expiry run; a quiet period is honoured to within this much.

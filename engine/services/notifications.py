@@ -12,8 +12,8 @@ from gpuslo.engine.store import audit, notifications, receivers
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.notifications import NotificationDetail, NotificationFilter
 from gpuslo.engine.store.outbox import NotificationView
+from gpuslo.engine.store.read_models import Page
 from gpuslo.engine.store.receivers import ReceiverHealth
-from gpuslo.engine.store.views import Page
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,14 @@ from datetime import datetime
 from gpuslo.engine.store import charts, repository
 from gpuslo.engine.store.charts import EventSeries, ViolationMark
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import EventFilter, Page, StoredEvent, ViolationDetail, ViolationFilter, ViolationView
+from gpuslo.engine.store.read_models import (
+    EventFilter,
+    Page,
+    StoredEvent,
+    ViolationDetail,
+    ViolationFilter,
+    ViolationView,
+)
 
 
 class Queries:

@@ -20,7 +20,7 @@ from gpuslo.engine.slo.counter import SloSeed
 from gpuslo.engine.store import audit, repository
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import RulebookVersionView
+from gpuslo.engine.store.read_models import RulebookVersionView
 
 log = logging.getLogger(__name__)
 Fingerprint = tuple[tuple[str, int, int], ...]

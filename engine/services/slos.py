@@ -15,7 +15,7 @@ from gpuslo.engine.slo import store as slo_store
 from gpuslo.engine.slo.model import Sli
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationFilter, ViolationView
+from gpuslo.engine.store.read_models import ViolationFilter, ViolationView
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store import snapshots
 from gpuslo.engine.store.access_models import AuditRow
+from gpuslo.engine.store.read_models import Page
 from gpuslo.engine.store.rows import require_aware, store_operation
-from gpuslo.engine.store.views import Page
 
 MAX_DETAIL = 2000
 EXPORT_CHUNK = 500

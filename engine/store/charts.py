@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.store.models import EventRow, ViolationRow
+from gpuslo.engine.store.read_models import ViolationFilter
 from gpuslo.engine.store.rows import store_operation
 from gpuslo.engine.store.search import violation_conditions
-from gpuslo.engine.store.views import ViolationFilter
 
 ACTIVE_STATUSES = ("open", "acknowledged")
 SERIES_LIMIT = 20_000  # events one chart reads at most (the newest when more match)

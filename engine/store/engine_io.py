@@ -13,11 +13,9 @@ from sqlalchemy import text
 from gpuslo.engine.events import Event
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.runtime import EngineResult
-from gpuslo.engine.slo import store as slo_store
-from gpuslo.engine.store import audit, batch, lifecycle, repository
+from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.engine_output import Notify
-from gpuslo.engine.store.rows import ENGINE_ACTOR
+from gpuslo.engine.store.engine_output import Notify, record_result
 
 log = logging.getLogger(__name__)
 REFILL = 500  # stored events read back per refill of the engine's queue
@@ -61,17 +59,7 @@ class EngineStore:
         # The output of stored events is evaluated again if a power loss drops it (it carries their
         # processed_at), so its commit need not wait for the disk; wall-clock absences alone are not re-derived.
         with self._database.session(rederivable=bool(result.events)) as session:
-            # One statement set per batch; only the changes that notify someone come back as views.
-            for view in batch.record_matches(session, result.matches, now=now, notifying_only=True):
-                self._notify(session, view, now)
-            for view in lifecycle.resolve_cleared(session, result.clears, now):  # after the batch's matches
-                audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
-                             target_id=view.id, after={"status": view.status}, detail="cleared by an event")
-                self._notify(session, view, now)
-            slo_store.record_sli(session, result.sli, self._burn_rules())  # after the matches: they may be causes
-            repository.mark_processed(session, [e.id for e in result.events], now)
-            if result.quarantined:
-                repository.quarantine_events(session, [(e.id, error) for e, error in result.quarantined], now)
+            record_result(session, result, now, self._notify, self._burn_rules())
         if result.quarantined:
             self._metrics.events_quarantined.labels("evaluate").inc(len(result.quarantined))
         for match in result.matches:

@@ -137,7 +137,7 @@ class ViolationRow(Base):
     labels: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
-    # Lifecycle (migration 0002); see gpuslo.engine.incidents for what each one decides.
+    # Lifecycle (migration 0002); see gpuslo.engine.transitions for what each one decides.
     # The latest match, or a human reopen: auto-resolve counts from here (NULL only on rows from before 0002).
     quiet_since: Mapped[datetime | None]
     last_notified_at: Mapped[datetime | None]  # the latest notification-worthy change (trigger or repeat)

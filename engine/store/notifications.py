@@ -19,8 +19,8 @@ from gpuslo.engine.store.models import ViolationRow
 from gpuslo.engine.store.outbox import AttemptView, NotificationView
 from gpuslo.engine.store.outbox import _view as notification_view
 from gpuslo.engine.store.outbox_models import NotificationRow
+from gpuslo.engine.store.read_models import Page
 from gpuslo.engine.store.rows import append_history, require_aware, store_operation
-from gpuslo.engine.store.views import Page
 
 # A violation's page shows at most this many of its notifications (a flapping violation repeats for months).
 VIOLATION_LIMIT = 200

@@ -1,4 +1,6 @@
-"""Every read and write of the database, as plain functions taking a Session first.
+"""Reads and writes of events, violations (reads) and rulebook loads, as plain functions taking a Session first.
+
+The engine's matches and clears are written by store.violations, the one write path of violations.
 
 The caller owns the transaction (Database.session()); these functions never commit. Driver errors come out as
 StoreError naming the function.
@@ -8,22 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, bindparam, delete, func, select, text, update
+from sqlalchemy import ColumnElement, Select, Table, bindparam, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.events import Event, canonical_json, format_time, text_digest
+from gpuslo.engine.events import Event, canonical_json, text_digest
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
-from gpuslo.engine.store.event_insert import NewEvent, insert_events, stored_ids
+from gpuslo.engine.store.event_insert import NewEvent, insert_events
 from gpuslo.engine.store.event_read import ERROR_MAX, ReadEvent, read_event
-from gpuslo.engine.store.lifecycle import fold_notification, reopen_for_match
 from gpuslo.engine.store.models import (
-    EVIDENCE_KEEP_FIRST,
-    EVIDENCE_LIMIT,
     LOADED_WHERE,
     EventRow,
     EvidenceRow,
@@ -31,17 +29,7 @@ from gpuslo.engine.store.models import (
     RulebookVersionRow,
     ViolationRow,
 )
-from gpuslo.engine.store.rows import (
-    append_history,
-    chunks,
-    history_entry,
-    require_aware,
-    store_operation,
-    violation_fields,
-    violation_view,
-)
-from gpuslo.engine.store.search import violation_conditions
-from gpuslo.engine.store.views import (
+from gpuslo.engine.store.read_models import (
     EventFilter,
     Page,
     RulebookVersionView,
@@ -50,7 +38,15 @@ from gpuslo.engine.store.views import (
     ViolationFilter,
     ViolationView,
 )
-from gpuslo.engine.violations import Match
+from gpuslo.engine.store.rows import (
+    chunks,
+    history_entry,
+    require_aware,
+    store_operation,
+    violation_fields,
+    violation_view,
+)
+from gpuslo.engine.store.search import violation_conditions
 
 # Rows per INSERT or IN (...) list: well under SQLite's and PostgreSQL's bound-parameter limits.
 _CHUNK = 500
@@ -119,7 +115,8 @@ def unprocessed_events(session: Session, limit: int) -> list[ReadEvent]:
     return [_read(row) for row in rows]
 
 
-_QUARANTINE = (update(EventRow.__table__).where(EventRow.__table__.c.id == bindparam("event_id"))
+_EVENTS = cast(Table, EventRow.__table__)
+_QUARANTINE = (update(_EVENTS).where(_EVENTS.c.id == bindparam("event_id"))
                .values(error=bindparam("error"), processed_at=bindparam("at")))
 
 
@@ -133,7 +130,7 @@ def quarantine_events(session: Session, errors: Sequence[tuple[str, str]], at: d
 
 
 # Core, built once: the ORM's bulk UPDATE would also look for the events in the session to update them.
-_MARK_PROCESSED = (update(EventRow.__table__).where(EventRow.__table__.c.id.in_(bindparam("ids", expanding=True)))
+_MARK_PROCESSED = (update(_EVENTS).where(_EVENTS.c.id.in_(bindparam("ids", expanding=True)))
                    .values(processed_at=bindparam("at")))
 
 
@@ -179,148 +176,6 @@ def _paged(session: Session, query: Select[Any], conditions: Sequence[ColumnElem
 
 
 # ---- violations ---------------------------------------------------------------------------------------
-
-
-@store_operation
-def record_match(session: Session, match: Match, *, now: datetime) -> ViolationView:
-    """Fold a match into the unresolved violation of its rule and group key, reopen the one resolved within the
-    rule's flap window, or open a new one. The view's `notify` says what receivers should get."""
-    require_aware(now, "record_match: now")
-    require_aware(match.seen_at, "record_match: match.seen_at")
-    evidence_ids = list(dict.fromkeys(event.id for event in match.explanation.evidence))
-    _require_stored(session, evidence_ids)
-    row = _active_violation(session, match.rule_id, match.group_key)
-    reopened = reopen_for_match(session, match, now) if row is None else None
-    if reopened is not None:
-        row, detail = reopened
-        action, before, notify = "reopened", "resolved", detail["notify"]
-    elif row is None:
-        row = _try_create(session, match, now)
-        if row is not None:
-            added = _add_evidence(session, row.id, evidence_ids, now)
-            append_history(session, row.id, now, "created", {"seen_at": format_time(match.seen_at),
-                                                             "evidence": added}, after="open")
-            return violation_view(row, "trigger")
-        row = _active_violation(session, match.rule_id, match.group_key)  # a concurrent writer created it
-        if row is None:
-            raise StoreError(f"record_match: {match.rule_id!r} {match.group_key!r}: violation vanished")
-    if reopened is None:
-        action, before, detail, notify = "folded", row.status, {}, fold_notification(row, now)
-    _fold(row, match, now)
-    added = _add_evidence(session, row.id, evidence_ids, now)
-    append_history(session, row.id, now, action, {"seen_at": format_time(match.seen_at),
-                                                  "occurrences": row.occurrences, "evidence": added, **detail},
-                   before=before, after=row.status)
-    session.flush()
-    return violation_view(row, notify)
-
-
-def _require_stored(session: Session, ids: Sequence[str]) -> None:
-    """Refuse evidence that is not stored, before anything is written (record_match and the batch path)."""
-    missing = set(ids) - stored_ids(session, ids)
-    if missing:
-        raise StoreError(f"record_match: evidence events not stored: {', '.join(sorted(missing))}")
-
-
-def _active_violation(session: Session, rule_id: str, group_key: str) -> ViolationRow | None:
-    query = (select(ViolationRow)
-             .where(ViolationRow.rule_id == rule_id, ViolationRow.group_key == group_key,
-                    ViolationRow.status != "resolved")
-             .with_for_update())  # ignored by SQLite, where BEGIN IMMEDIATE already serializes writers
-    return session.scalars(query).one_or_none()
-
-
-def _place(match: Match) -> tuple[str | None, int | None]:
-    """Host and GPU of a match: from the group when it has them, else from the latest evidence event."""
-    latest = max(match.explanation.evidence, key=lambda e: (e.time, e.id), default=None)
-    host = match.group.get("host", latest.host if latest else None)
-    gpu = match.group.get("gpu", latest.gpu if latest else None)
-    return (None if host is None else str(host)), (None if gpu is None else int(gpu))
-
-
-_LATEST_FIELDS = ("rule_title", "rulebook", "rulebook_version", "rulebook_hash", "slo", "slo_objective",
-                  "severity", "summary", "remediation", "runbook", "repeat_interval_s", "flap_window_s",
-                  "resolve_after_s")
-
-
-def _latest_fields(match: Match) -> dict[str, Any]:
-    host, gpu = _place(match)
-    fields = {name: getattr(match, name) for name in _LATEST_FIELDS}
-    fields.update(explanation=match.explanation.to_dict(), labels=dict(match.labels), host=host, gpu=gpu)
-    return fields
-
-
-def _new_values(match: Match, now: datetime) -> dict[str, Any]:
-    """The columns of the open violation a first match creates (those left out are NULL)."""
-    return dict(
-        rule_id=match.rule_id, group_key=match.group_key, group=dict(match.group), status="open",
-        first_seen=match.seen_at, last_seen=match.seen_at, occurrences=1, created_at=now, updated_at=now,
-        quiet_since=now, last_notified_at=now, flaps=0, flapping=False, **_latest_fields(match),
-    )
-
-
-def _new_row(match: Match, now: datetime) -> ViolationRow:
-    """The open violation a first match creates (not added to the session)."""
-    return ViolationRow(**_new_values(match, now))
-
-
-def _try_create(session: Session, match: Match, now: datetime) -> ViolationRow | None:
-    row = _new_row(match, now)
-    try:
-        with session.begin_nested():
-            session.add(row)
-    except IntegrityError:
-        return None
-    return row
-
-
-def _fold_values(occurrences: int, first_seen: datetime, last_seen: datetime, match: Match,
-                 now: datetime) -> dict[str, Any]:
-    """The columns a folded match changes: the latest match's rulebook, text and explanation replace the old
-    ones; the time span widens."""
-    return {"occurrences": occurrences + 1, "first_seen": min(first_seen, match.seen_at),
-            "last_seen": max(last_seen, match.seen_at), **_latest_fields(match), "updated_at": now,
-            "quiet_since": now}
-
-
-def _fold(row: ViolationRow, match: Match, now: datetime) -> None:
-    for name, value in _fold_values(row.occurrences, row.first_seen, row.last_seen, match, now).items():
-        setattr(row, name, value)
-
-
-def _add_evidence(session: Session, violation_id: int, event_ids: Sequence[str], now: datetime) -> list[str]:
-    """Link events not yet linked; then trim to EVIDENCE_LIMIT rows, keeping the first ones and the latest."""
-    of_violation = EvidenceRow.violation_id == violation_id
-    linked = set(session.scalars(select(EvidenceRow.event_id).where(of_violation)))
-    new_ids = [event_id for event_id in event_ids if event_id not in linked]
-    if not new_ids:
-        return []
-    position = session.scalar(
-        select(func.coalesce(func.max(EvidenceRow.position), 0)).where(of_violation)
-    ) or 0
-    session.add_all(
-        EvidenceRow(violation_id=violation_id, event_id=event_id, position=position + offset, added_at=now)
-        for offset, event_id in enumerate(new_ids, start=1)
-    )
-    session.flush()
-    if len(linked) + len(new_ids) > EVIDENCE_LIMIT:
-        _trim_evidence(session, violation_id)
-    return new_ids
-
-
-def _trim_evidence(session: Session, violation_id: int) -> None:
-    """Keep the first EVIDENCE_KEEP_FIRST evidence rows of a violation and the latest up to EVIDENCE_LIMIT."""
-    positions = list(session.scalars(
-        select(EvidenceRow.position).where(EvidenceRow.violation_id == violation_id)
-        .order_by(EvidenceRow.position)
-    ))
-    if len(positions) <= EVIDENCE_LIMIT:
-        return
-    session.execute(delete(EvidenceRow).where(
-        EvidenceRow.violation_id == violation_id,
-        EvidenceRow.position > positions[EVIDENCE_KEEP_FIRST - 1],
-        EvidenceRow.position < positions[-(EVIDENCE_LIMIT - EVIDENCE_KEEP_FIRST)],
-    ))
 
 
 @store_operation

@@ -15,9 +15,9 @@ from sqlalchemy.orm.util import identity_key
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.store.db import describe_error
 from gpuslo.engine.store.models import HistoryRow, SilenceRow, ViolationRow
-from gpuslo.engine.store.views import HistoryEntry, SilenceView, ViolationView
+from gpuslo.engine.store.read_models import HistoryEntry, SilenceView, ViolationView
+from gpuslo.engine.transitions import ENGINE_ACTOR
 
-ENGINE_ACTOR = "engine"
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from sqlalchemy import ColumnElement, or_
 from sqlalchemy.orm import QueryableAttribute
 
 from gpuslo.engine.store.models import ViolationRow
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 
 _ESCAPE = "\\"
 

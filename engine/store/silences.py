@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import InvalidSilence, InvalidTransition, NotFoundError
 from gpuslo.engine.store.models import SilenceRow
+from gpuslo.engine.store.read_models import SilenceView, ViolationView
 from gpuslo.engine.store.rows import require_aware, silence_view, store_operation
-from gpuslo.engine.store.views import SilenceView, ViolationView
 
 MATCHER_FIELDS = ("severity", "slo", "rule_id", "host", "gpu")
 LABEL_PREFIX = "labels."

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from gpuslo.engine.events import Event
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -178,7 +178,7 @@ def record(make_event: Callable[..., Event]) -> Callable[..., tuple[Any, Violati
         event = make_event(host=host, gpu=gpu)
         with database.session() as session:
             repository.store_events(session, [event], now=now)
-            view = repository.record_match(session, build_match([event], **overrides), now=now)
+            view = violations.record_match(session, build_match([event], **overrides), now=now)
             extra = enqueue(session, view) if enqueue else None
         return extra, view
 

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from gpuslo.engine.alerts import DeliveryPolicy, DeliveryWorker, enqueue_for_change, load_alerts_text
 from gpuslo.engine.alerts.transport import Outcome
 from gpuslo.engine.events import parse_event
-from gpuslo.engine.store import lifecycle, notifications, outbox, receivers, repository, silences
+from gpuslo.engine.store import lifecycle, notifications, outbox, receivers, repository, silences, violations
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.models import Base, ViolationRow
 from gpuslo.engine.store.outbox_models import NotificationRow
@@ -219,7 +219,7 @@ class OutboxMachine(RuleBasedStateMachine):
         known = self.violations.get(self.current.get(key, -1))
         with self.database.session() as session:
             repository.store_events(session, [event], now=self.now)
-            view = repository.record_match(session, match, now=self.now)
+            view = violations.record_match(session, match, now=self.now)
             enqueue_for_change(session, view, config=self.config, public_url="https://gpuslo.example", now=self.now)
             if known is None or known.status == "resolved":
                 assert view.id not in self.violations and view.status == "open"

@@ -18,7 +18,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.external_alerts import convert, parse_rfc3339
 from gpuslo.engine.store import repository
-from gpuslo.engine.store.views import EventFilter, ViolationFilter
+from gpuslo.engine.store.read_models import EventFilter, ViolationFilter
 from gpuslo.web import create_app
 
 RULES = Path(__file__).resolve().parents[2] / "rules"

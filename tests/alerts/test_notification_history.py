@@ -19,7 +19,7 @@ from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.store import outbox, repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import HistoryEntry
+from gpuslo.engine.store.read_models import HistoryEntry
 from gpuslo.web import create_app
 
 LOCAL = "allow_private_network: true, allow_http: true"  # the receivers here listen on 127.0.0.1

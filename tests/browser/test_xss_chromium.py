@@ -19,7 +19,7 @@ from browser_support import CHROMIUM, CHROMIUM_ARGS, require_chromium, serving
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.events import parse_event
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 SCRIPT = "<script>window.__xss=1</script>"
@@ -82,7 +82,7 @@ def _seed_javascript_runbook(core: Any) -> int:
                   seen_at=event.time, labels=MappingProxyType({"team": PAYLOAD}))
     with core.database.session() as session:
         repository.store_events(session, [event], now=now)
-        return repository.record_match(session, match, now=now).id
+        return violations.record_match(session, match, now=now).id
 
 
 @pytest.fixture
@@ -145,7 +145,7 @@ def test_payloads_never_run_in_chromium(server) -> None:
 
 
 def _violation_ids(core: Any) -> list[int]:
-    from gpuslo.engine.store.views import ViolationFilter
+    from gpuslo.engine.store.read_models import ViolationFilter
 
     with core.database.session(readonly=True) as session:
         return [v.id for v in repository.list_violations(session, ViolationFilter(rule_id="xss-rule")).items]

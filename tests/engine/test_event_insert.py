@@ -16,8 +16,8 @@ from gpuslo.engine.events import Event, canonical_json, parse_event
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.event_insert import EVENT_COLUMNS, sqlite_time
 from gpuslo.engine.store.models import EventRow
+from gpuslo.engine.store.read_models import EventFilter
 from gpuslo.engine.store.repository import list_events, store_events, unprocessed_events
-from gpuslo.engine.store.views import EventFilter
 
 RECEIVED = datetime(2026, 11, 29, 14, 0, 0, 250, tzinfo=timezone(timedelta(hours=2)))
 

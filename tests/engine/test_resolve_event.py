@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from engine_support import rulebook_text
@@ -10,7 +11,9 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.store import audit, repository
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.engine_output import in_evaluation_order
+from gpuslo.engine.store.read_models import ViolationFilter
+from gpuslo.engine.violations import Clear
 
 RULES = """\
 - id: frag-high
@@ -82,3 +85,43 @@ def test_the_service_resolves_the_violation_on_a_clearing_event(database, tmp_pa
         assert {v.group["gpu"]: v.status for v in _violations(core)}[3] == "open"
     finally:
         core.close()
+
+
+def test_a_clear_then_a_match_in_one_batch_resolve_and_reopen_as_across_two(database, tmp_path: Path):
+    """The engine's output is stored in evaluation order: a clear followed by a match of its group in one batch
+    resolves the violation and the match reopens it (they were folded into the open violation before); a
+    clearing event older than the match before it still clears nothing."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "t.yaml").write_text(rulebook_text(RULES))
+    core = Gpuslo.open(Settings(database_url=database.url, rules_dir=rules))
+    try:
+        core.ingest([_frag(1, 1, 0.71), _frag(2, 2, 0.20), _frag(3, 3, 0.90)])  # one engine batch
+        assert core.wait_idle()
+        (violation,) = _violations(core)
+        assert (violation.status, violation.occurrences, violation.flaps) == ("open", 2, 1)
+        with core.database.session(readonly=True) as session:
+            history = repository.get_violation(session, violation.id).history
+        assert [(h.action, h.status_before, h.status_after) for h in history] == [
+            ("created", None, "open"), ("resolved", "open", "resolved"), ("reopened", "resolved", "open")]
+        assert history[1].detail["event_id"] == "frag-2"
+        core.ingest([_frag(4, 6, 0.95), _frag(5, 5, 0.10)])  # the clear is late: older than the match before it
+        assert core.wait_idle()
+        (violation,) = _violations(core)
+        assert (violation.status, violation.occurrences) == ("open", 3)
+    finally:
+        core.close()
+
+
+def test_in_evaluation_order_places_each_clear_after_the_matches_of_events_before_it(rulebook, event):
+    runner = RuleEvaluator()
+    runner.load([rulebook(RULES)])
+    events = [event("mem_fragmentation", float(i), gpu=3, fragmentation_ratio=ratio)
+              for i, ratio in enumerate((0.71, 0.20, 0.90, 0.10))]
+    result = runner.evaluate_batch(events)
+    ordered = in_evaluation_order(result)
+    assert [(type(item).__name__, item.event.id if isinstance(item, Clear) else item.seen_at) for item in ordered] \
+        == [("Match", events[0].time), ("Clear", events[1].id), ("Match", events[2].time), ("Clear", events[3].id)]
+    without_events = replace(result, events=())  # a fleet worker's merged result: clears after the matches
+    assert [type(item).__name__ for item in in_evaluation_order(without_events)] == ["Match", "Match", "Clear",
+                                                                                     "Clear"]

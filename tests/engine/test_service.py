@@ -11,7 +11,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 
 FRAG_EVENT = {"kind": "mem_fragmentation", "time": "2026-11-29T12:00:00Z", "host": "node-7", "gpu": 3,
               "attrs": {"fragmentation_ratio": 0.71, "free_bytes": 1000, "largest_free_bytes": 290}}

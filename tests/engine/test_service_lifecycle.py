@@ -11,7 +11,7 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.services.incidents import LIFECYCLE_INTERVAL_S
 from gpuslo.engine.store import repository, silences
-from gpuslo.engine.store.views import ViolationFilter
+from gpuslo.engine.store.read_models import ViolationFilter
 
 RULES = """\
 - id: itl-slow

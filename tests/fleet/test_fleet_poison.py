@@ -29,8 +29,9 @@ from gpuslo.engine.fleet.worker import Worker, WorkerSettings
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.engine.store import batch, repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.store.db import Database
+from gpuslo.engine.violations import Match
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
 
@@ -99,14 +100,14 @@ def _check_stored(database: Database, good: list[dict[str, Any]], poison: str, e
 
 def test_an_event_whose_output_the_database_refuses_is_quarantined_and_the_stream_goes_on(
         bus: Bus, fleet_database: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = batch.record_matches
+    original = violations.record
 
-    def record_matches(session: Session, matches: Any, **kwargs: Any) -> Any:
-        if any(e.host == "poison-host" for m in matches for e in m.explanation.evidence):
+    def record(session: Session, items: Any, **kwargs: Any) -> Any:
+        if any(e.host == "poison-host" for m in items if isinstance(m, Match) for e in m.explanation.evidence):
             session.execute(text("SELECT 1 / 0"))  # a real PostgreSQL error: it aborts the transaction
-        return original(session, matches, **kwargs)
+        return original(session, items, **kwargs)
 
-    monkeypatch.setattr(batch, "record_matches", record_matches)
+    monkeypatch.setattr(violations, "record", record)
     metrics = Metrics()
     first = _stream(hosts=6, rounds=2, poison="poison-store", poison_round=1)
     later = [_xid(f"y-{h}", f"node-{h}", 100 + h) for h in range(6)]  # after the poison, on the same partitions

@@ -14,7 +14,7 @@ from ingest_support import Live, now_time, strict_json, wait_for, xid_event
 from sqlalchemy import update
 
 from gpuslo.engine.events import Event, parse_event
-from gpuslo.engine.store import batch, repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.models import EventRow
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
@@ -49,14 +49,14 @@ def test_an_event_whose_evaluation_raises_is_quarantined_and_its_batch_goes_on(l
 
 
 def test_an_event_whose_result_cannot_be_stored_is_quarantined_and_the_others_are_stored(live: Live, monkeypatch):
-    original = batch.record_matches
+    original = violations.record
 
-    def record_matches(session, matches, **kwargs):
-        if any(e.host == "poison" for m in matches for e in m.explanation.evidence):
+    def record(session, items, **kwargs):
+        if any(e.host == "poison" for m in items if isinstance(m, Match) for e in m.explanation.evidence):
             raise ValueError("injected: the database refuses what this event produced")
-        return original(session, matches, **kwargs)
+        return original(session, items, **kwargs)
 
-    monkeypatch.setattr(batch, "record_matches", record_matches)
+    monkeypatch.setattr(violations, "record", record)
     events = [xid_event(f"ok-{i}", host=f"node-{i}") for i in range(3)] + [xid_event("poison-2", host="poison")]
     assert live.post(events).status_code == 200
     wait_for(lambda: live.metric("gpuslo_events_quarantined_total", stage="store") == 1, timeout=15)
@@ -147,7 +147,7 @@ def _seed_old_rows(url: str) -> int:
         repository.store_events(session, odd, now=datetime(2026, 1, 1, tzinfo=UTC))
         body = dict(year_one.to_dict(), time="1-01-01T00:00:00.000000Z")
         session.execute(update(EventRow).where(EventRow.id == year_one.id).values(body=body))
-        violation = repository.record_match(session, _citing(year_one), now=datetime(2026, 1, 1, tzinfo=UTC))
+        violation = violations.record_match(session, _citing(year_one), now=datetime(2026, 1, 1, tzinfo=UTC))
     database.dispose()
     return violation.id
 

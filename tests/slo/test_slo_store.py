@@ -17,7 +17,7 @@ from gpuslo.engine.slo.attribution import OpenViolation, covers
 from gpuslo.engine.slo.backfill import backfill
 from gpuslo.engine.slo.model import LOOKBACKS
 from gpuslo.engine.slo.store import record_sli
-from gpuslo.engine.store import batch, repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, ViolationRow
 
 RULEBOOK = measured_rulebook()
@@ -34,7 +34,7 @@ def _run(database, events, evaluator=None, batch_size=50):
     for i in range(0, len(events), batch_size):
         result = evaluator.evaluate_batch(events[i:i + batch_size])
         with database.session() as session:
-            batch.record_matches(session, result.matches, now=T0)
+            violations.record(session, result.matches, now=T0)
             record_sli(session, result.sli, burn)
             repository.mark_processed(session, [e.id for e in result.events], T0)
     return evaluator

@@ -1,7 +1,7 @@
-"""The engine's write path leaves the database exactly as the one-at-a-time functions would.
+"""The engine's write path (store.violations.record) folds a batch in memory exactly as one call per item would.
 
-record_matches (one engine batch) is compared with repository.record_match called per match, and a batch of
-clears given to resolve_cleared with one call per clear: everything stored and everything returned.
+A batch of matches is compared with record_match called per match (each reads what the one before wrote), and a
+batch of clears with one call per clear: everything stored and everything returned.
 """
 
 from __future__ import annotations
@@ -21,13 +21,24 @@ from sqlalchemy import select
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event
 from gpuslo.engine.store import Database, lifecycle
-from gpuslo.engine.store.batch import record_matches
 from gpuslo.engine.store.models import EVIDENCE_KEEP_FIRST, EVIDENCE_LIMIT, EvidenceRow, HistoryRow, ViolationRow
-from gpuslo.engine.store.repository import record_match, store_events
+from gpuslo.engine.store.repository import store_events
 from gpuslo.engine.store.rows import violation_fields
+from gpuslo.engine.store.violations import record, record_match
 from gpuslo.engine.violations import Clear, Match
 
 NOW = datetime(2025, 1, 2, tzinfo=UTC)
+
+
+def record_matches(session: Any, matches: Sequence[Match], *, now: datetime,
+                   notifying_only: bool = False) -> list[Any]:
+    """One engine batch of matches; the views it returns."""
+    return [change.view for change in record(session, matches, now=now, notifying_only=notifying_only)]
+
+
+def resolve_cleared(session: Any, clears: Sequence[Clear], now: datetime) -> list[Any]:
+    """One engine batch of clears; the views of the violations they resolved."""
+    return [change.view for change in record(session, clears, now=now)]
 
 
 @dataclass
@@ -79,11 +90,11 @@ def _run(database: Database, events: list[Any], rounds: list[Round], batched: bo
                 getattr(lifecycle, action)(session, row.id, actor="alice", now=round_.now - timedelta(seconds=30))
             if batched:
                 views += record_matches(session, round_.matches, now=round_.now)
-                views += lifecycle.resolve_cleared(session, round_.clears, round_.now)
+                views += resolve_cleared(session, round_.clears, round_.now)
             else:
                 views += [record_match(session, m, now=round_.now) for m in round_.matches]
                 for clear in round_.clears:
-                    views += lifecycle.resolve_cleared(session, [clear], round_.now)
+                    views += resolve_cleared(session, [clear], round_.now)
     return views
 
 
@@ -208,6 +219,49 @@ def test_clears_resolve_as_one_clear_at_a_time_would(database: Database, tmp_pat
     assert [v["notify"] for v in batched["returned"] if v["status"] == "resolved"] == ["resolve"] * 3
 
 
+def test_matches_and_clears_interleaved_in_one_batch_equal_one_item_at_a_time(database: Database, tmp_path: Path,
+                                                                             make_event, make_match) -> None:
+    """A clear between matches of its group resolves the violation (new in this batch, or stored) and the next
+    match reopens it, counting flaps, exactly as one call per item does."""
+    events = [make_event(id=f"i{i:02d}") for i in range(8)]
+
+    def match(pair: str, index: int) -> Match:
+        return make_match([events[index]], rule_id=f"rule-{pair}", group_key=f"g={pair}")
+
+    def clear(pair: str, name: str) -> Clear:
+        return _clear(f"rule-{pair}", f"g={pair}", NOW, name)
+
+    stored_first = [match("s", 0)]
+    items: list[Match | Clear] = [match("a", 1), clear("a", "a1"), match("a", 2), clear("s", "s1"), match("b", 3),
+                                  clear("a", "a2"), match("a", 4), clear("b", "b1"), match("s", 5), clear("a", "a3")]
+
+    def run(target: Database, batched: bool) -> dict[str, Any]:
+        with target.session() as session:
+            store_events(session, events)
+            record(session, stored_first, now=NOW - timedelta(seconds=10))
+        with target.session() as session:
+            if batched:
+                views = [change.view for change in record(session, items, now=NOW)]
+            else:
+                views = [change.view for item in items for change in record(session, [item], now=NOW)]
+        return _snapshot(target, views)
+
+    batched = run(database, batched=True)
+    reference = Database(f"sqlite:///{tmp_path / 'reference.db'}")
+    reference.upgrade()
+    try:
+        expected = run(reference, batched=False)
+        for got, want in zip(batched["returned"], expected["returned"], strict=True):
+            assert {k: v for k, v in got.items() if v != want[k]} == {}, (got["rule_id"], got["status"])
+        assert batched == expected
+    finally:
+        reference.dispose()
+    states = {k[0]: (v["status"], v["occurrences"], v["flaps"]) for k, v in batched["violations"].items()}
+    assert states == {"rule-a": ("resolved", 3, 2), "rule-b": ("resolved", 1, 0), "rule-s": ("open", 2, 1)}
+    actions = [h[2] for h in batched["history"] if h[0][0] == "rule-a"]
+    assert actions == ["created", "resolved", "reopened", "resolved", "reopened", "resolved"]
+
+
 def test_notifying_only_returns_the_views_that_notify(database: Database, make_event, make_match) -> None:
     events = [make_event() for _ in range(8)]
     with database.session() as session:
@@ -225,7 +279,7 @@ def test_notifying_only_returns_the_views_that_notify(database: Database, make_e
 def test_empty_batch_records_nothing(database: Database) -> None:
     with database.session() as session:
         assert record_matches(session, [], now=NOW) == []
-        assert lifecycle.resolve_cleared(session, [], NOW) == []
+        assert resolve_cleared(session, [], NOW) == []
 
 
 def test_unstored_evidence_is_refused_before_anything_is_written(database: Database, make_event,
@@ -280,7 +334,7 @@ def test_clears_take_one_query_when_none_resolves(database: Database, make_event
         record_matches(session, [make_match([e], group_key=f"g{i}") for i, e in enumerate(events)], now=NOW)
     clears = [_clear("oom-storm", f"g{i % 150}", NOW - timedelta(days=1), f"x{i}") for i in range(300)]
     with _statements(database) as sent, database.session() as session:
-        assert lifecycle.resolve_cleared(session, clears, NOW) == []
+        assert resolve_cleared(session, clears, NOW) == []
     assert sum(1 for s in sent if "FROM violations" in s) == 1
 
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import inspect
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.store import Database, repository
+from gpuslo.engine.store import Database, repository, violations
 from gpuslo.engine.store.models import ACTION_LENGTH, ACTIONS
 from gpuslo.engine.store.rows import append_history
 
@@ -25,7 +25,7 @@ def test_every_action_fits_the_column_and_passes_the_database_check(database: Da
     event = make_event()
     with database.session() as session:
         repository.store_events(session, [event], now=NOW)
-        violation_id = repository.record_match(session, make_match([event]), now=NOW).id
+        violation_id = violations.record_match(session, make_match([event]), now=NOW).id
     with database.session() as session:
         for action in ACTIONS:
             append_history(session, violation_id, NOW, action, {}, actor="alice")

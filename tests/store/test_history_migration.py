@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.store import Database, lifecycle, repository
+from gpuslo.engine.store import Database, lifecycle, repository, violations
 from gpuslo.engine.store.db import migrations_folder
 from gpuslo.engine.store.models import ACTION_LENGTH, Base
 from gpuslo.engine.store.rows import append_history
@@ -54,7 +54,7 @@ def _violation_with_history(database: Database, make_event, make_match) -> int:
     event = make_event()
     with database.session() as session:
         repository.store_events(session, [event], now=NOW)
-        view = repository.record_match(session, make_match([event]), now=NOW)
+        view = violations.record_match(session, make_match([event]), now=NOW)
     for minutes, action in enumerate(("acknowledge", "resolve", "reopen"), start=1):
         with database.session() as session:
             getattr(lifecycle, action)(session, view.id, actor="alice", comment=f"{action} it",

@@ -8,7 +8,8 @@ import pytest
 
 from gpuslo.engine.errors import InvalidTransition, NotFoundError, StoreError
 from gpuslo.engine.store import Database, lifecycle
-from gpuslo.engine.store.repository import get_violation, record_match, store_events
+from gpuslo.engine.store.repository import get_violation, store_events
+from gpuslo.engine.store.violations import record_match
 
 NOW = datetime(2025, 1, 2, tzinfo=UTC)
 

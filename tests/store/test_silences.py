@@ -8,7 +8,8 @@ import pytest
 
 from gpuslo.engine.errors import InvalidSilence, InvalidTransition, NotFoundError
 from gpuslo.engine.store import Database, silences
-from gpuslo.engine.store.repository import record_match, store_events
+from gpuslo.engine.store.repository import store_events
+from gpuslo.engine.store.violations import record_match
 
 NOW = datetime(2025, 1, 2, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -15,9 +15,9 @@ from gpuslo.engine.store.repository import (
     count_violations_by_rule,
     get_violation,
     list_violations,
-    record_match,
     store_events,
 )
+from gpuslo.engine.store.violations import record_match
 from gpuslo.engine.violations import STATUSES
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from werkzeug.datastructures import MultiDict
 
-from gpuslo.engine.store.views import EventFilter, ViolationFilter
+from gpuslo.engine.store.read_models import EventFilter, ViolationFilter
 from gpuslo.web.errors import RequestError
 from gpuslo.web.filters import Paging, event_filter, parse_time, violation_filter
 

@@ -12,7 +12,7 @@ from web_support import RULES_DIR
 from gpuslo.engine.events import parse_event
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import repository, violations
 
 RECORDING = Path(__file__).resolve().parents[2] / "examples" / "incidents" / "h200-stall-attribution.jsonl"
 
@@ -32,7 +32,7 @@ def _stored_match(core, injected: str):
     match = next(m for m in evaluator.evaluate([stall]) if m.rule_id.startswith("stall-"))
     with core.database.session() as session:
         repository.store_events(session, [stall], now=stall.time)
-        view = repository.record_match(session, match, now=stall.time)
+        view = violations.record_match(session, match, now=stall.time)
     return stall, view
 
 

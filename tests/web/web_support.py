@@ -20,9 +20,9 @@ from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE, REJECTED, IngestReport, IngestResult
 from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.services.accounts import Accounts
-from gpuslo.engine.store import repository
+from gpuslo.engine.store import repository, violations
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.views import ViolationView
+from gpuslo.engine.store.read_models import ViolationView
 from gpuslo.engine.violations import ChainLink, ConditionResult, Explanation, Match
 
 
@@ -119,7 +119,7 @@ def seed_violation(database: Database, events: Sequence[Event], **overrides: Any
     fields.update(overrides)
     with database.session() as session:
         repository.store_events(session, list(events), now=SEED_TIME)
-        return repository.record_match(session, Match(**fields), now=SEED_TIME)
+        return violations.record_match(session, Match(**fields), now=SEED_TIME)
 
 
 def app_settings(database: Database, rules_dir: Path, **overrides: Any) -> Settings:

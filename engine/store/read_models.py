@@ -79,7 +79,7 @@ class ViolationView:
     labels: Mapping[str, str]
     created_at: datetime
     updated_at: datetime
-    # Lifecycle; gpuslo.engine.incidents explains each.
+    # Lifecycle; gpuslo.engine.transitions explains each.
     quiet_since: datetime
     last_notified_at: datetime | None
     acknowledged_at: datetime | None
