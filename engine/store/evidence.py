@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, bindparam, delete, func, insert, select
 
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.store.models import EVIDENCE_KEEP_FIRST, EVIDENCE_LIMIT, EvidenceRow
@@ -22,7 +22,7 @@ Pair = tuple[str, str]
 _CHUNK = 250  # ids per IN (...)
 _KEEP_LATEST = EVIDENCE_LIMIT - EVIDENCE_KEEP_FIRST
 
-_EVIDENCE = cast(Table, EvidenceRow.__table__)
+_EVIDENCE = EvidenceRow.__table__
 _E = _EVIDENCE.c
 _STATS = (select(_E.violation_id, func.max(_E.position), func.count())
           .where(_E.violation_id.in_(bindparam("ids", expanding=True))).group_by(_E.violation_id))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Table, bindparam, func, select, text, update
+from sqlalchemy import ColumnElement, Select, bindparam, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -115,7 +115,7 @@ def unprocessed_events(session: Session, limit: int) -> list[ReadEvent]:
     return [_read(row) for row in rows]
 
 
-_EVENTS = cast(Table, EventRow.__table__)
+_EVENTS = EventRow.__table__
 _QUARANTINE = (update(_EVENTS).where(_EVENTS.c.id == bindparam("event_id"))
                .values(error=bindparam("error"), processed_at=bindparam("at")))
 

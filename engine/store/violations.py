@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, bindparam, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -44,7 +44,7 @@ Pair = tuple[str, str]
 _CHUNK = 250  # pairs or ids per IN (...)
 _ATTEMPTS = 3  # reads and folds of one batch while concurrent writers open its violations first
 
-_VIOLATIONS, _HISTORY_TABLE = cast(Table, ViolationRow.__table__), cast(Table, HistoryRow.__table__)
+_VIOLATIONS, _HISTORY_TABLE = ViolationRow.__table__, HistoryRow.__table__
 _V, _H = _VIOLATIONS.c, _HISTORY_TABLE.c
 # What the fold reads; the other columns of a view (rule text, explanation, labels, place) come from the match.
 _READ = ("id", "rule_id", "group_key", "group", "rulebook", "status", "first_seen", "last_seen", "occurrences",
