@@ -25,7 +25,7 @@ from gpuslo.engine.metrics_state import StateCollector, StateSnapshot
 from gpuslo.engine.rulebook.model import SEVERITIES
 from gpuslo.engine.services.accounts import Accounts
 from gpuslo.engine.services.changes import Changes, Notifier
-from gpuslo.engine.services.incidents import LIFECYCLE_INTERVAL_S, Incidents
+from gpuslo.engine.services.lifecycle import LIFECYCLE_INTERVAL_S, Lifecycle
 from gpuslo.engine.services.notifications import Notifications
 from gpuslo.engine.services.queries import Queries
 from gpuslo.engine.services.rulebooks import Rulebooks
@@ -49,7 +49,7 @@ def delivery_policy(settings: Settings) -> DeliveryPolicy:
 
 class Gpuslo:
     """One gpuslo instance: ingest → store → engine → violations, its periodic jobs, and its services:
-    `rulebooks`, `incidents`, `queries`, `notifications`, `slos`, `accounts` (gpuslo.engine.services)."""
+    `rulebooks`, `lifecycle`, `queries`, `notifications`, `slos`, `accounts` (gpuslo.engine.services)."""
 
     def __init__(self, settings: Settings, database: Database, metrics: Metrics):
         self.settings, self.database, self.metrics = settings, database, metrics
@@ -65,7 +65,7 @@ class Gpuslo:
                                max_ahead_s=settings.max_clock_skew_seconds, quarantine=self.engine_store.quarantine)
         self.ingest = Ingest(database, metrics, self.runtime.submit, settings.max_clock_skew_seconds)
         self.rulebooks = Rulebooks(settings, database, self.runtime, self.slos.stored_buckets)
-        self.incidents = Incidents(changes, self.rulebooks.quiet_by_rule)
+        self.lifecycle = Lifecycle(changes, self.rulebooks.quiet_by_rule)
         self.queries = Queries(database)
         self.accounts = Accounts(database)
         self.stall_causes = StallCauses(database)  # clustered stall causes, for the "Stall causes" page
@@ -88,7 +88,7 @@ class Gpuslo:
         stall clustering, the rules watcher, outbox delivery and the Alertmanager re-sends."""
         scheduler = BackgroundScheduler(timezone=UTC)
         jobs: list[tuple[str, Callable[[], object], float]] = [
-            ("lifecycle", self.incidents.run_lifecycle, LIFECYCLE_INTERVAL_S),
+            ("lifecycle", self.lifecycle.run_lifecycle, LIFECYCLE_INTERVAL_S),
             ("retention", self.run_retention, RETENTION_INTERVAL_S),
             ("slo-retention", self.slos.run_retention, RETENTION_INTERVAL_S),
             ("stall-causes", self.stall_causes.run, CLUSTER_INTERVAL_S),

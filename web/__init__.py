@@ -94,9 +94,9 @@ def register_blueprints(app: Flask) -> None:
     from gpuslo.web.auth_ui import auth
     from gpuslo.web.charts_ui import charts_ui
     from gpuslo.web.display import display
-    from gpuslo.web.incidents_api import incidents_api
-    from gpuslo.web.incidents_ui import incidents_ui
     from gpuslo.web.integrations_api import integrations_api
+    from gpuslo.web.lifecycle_api import lifecycle_api
+    from gpuslo.web.lifecycle_ui import lifecycle_ui
     from gpuslo.web.notifications_api import notifications_api
     from gpuslo.web.notifications_ui import notifications_ui
     from gpuslo.web.ops import ops
@@ -106,12 +106,12 @@ def register_blueprints(app: Flask) -> None:
 
     app.register_blueprint(api)
     app.register_blueprint(integrations_api)
-    app.register_blueprint(incidents_api)
+    app.register_blueprint(lifecycle_api)
     app.register_blueprint(ops)
     app.register_blueprint(ui)
     app.register_blueprint(display)
     app.register_blueprint(charts_ui)
-    app.register_blueprint(incidents_ui)
+    app.register_blueprint(lifecycle_ui)
     app.register_blueprint(auth)
     app.register_blueprint(audit_ui)
     app.register_blueprint(admin_api)

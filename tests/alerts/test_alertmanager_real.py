@@ -73,7 +73,7 @@ def test_violation_fires_resends_and_resolves_in_a_real_alertmanager(database, t
         webhook = _wait(lambda: [r.json() for r in behind.requests if r.json()["status"] == "firing"])
         assert webhook[0]["alerts"][0]["labels"]["gpuslo_violation"] == str(violation_id)
 
-        core.incidents.resolve(violation_id, actor="alice")
+        core.lifecycle.resolve(violation_id, actor="alice")
         core.delivery.run_until_idle(timeout_s=10)
         assert not [a for a in _alerts(url, active="true") if a["labels"].get("gpuslo_violation") == str(violation_id)]
         resolved = _wait(lambda: [r.json() for r in behind.requests if r.json()["status"] == "resolved"])

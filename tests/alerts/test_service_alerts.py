@@ -33,7 +33,7 @@ def test_matches_and_resolves_flow_through_the_outbox_to_the_receiver(database, 
             triggers = outbox.list_notifications(session)
         assert triggers and {n.action for n in triggers} == {"trigger"}
         violation_id = triggers[0].violation_id
-        core.incidents.resolve(violation_id, actor="alice")
+        core.lifecycle.resolve(violation_id, actor="alice")
         core.delivery.run_until_idle(timeout_s=10)  # the scheduler may have sent some already
     finally:
         core.close()

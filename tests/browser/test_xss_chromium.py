@@ -111,9 +111,9 @@ def test_payloads_never_run_in_chromium(server) -> None:
     fired = _violation_ids(core)
     assert fired, "the xss rule did not fire"
     js_id = _seed_javascript_runbook(core)
-    core.incidents.comment(fired[0], actor=PAYLOAD, comment=PAYLOAD, source="127.0.0.1")
+    core.lifecycle.comment(fired[0], actor=PAYLOAD, comment=PAYLOAD, source="127.0.0.1")
     now = datetime.now(UTC)
-    core.incidents.create_silence(matchers={"host": PAYLOAD, "labels.team": PAYLOAD}, starts_at=now,
+    core.lifecycle.create_silence(matchers={"host": PAYLOAD, "labels.team": PAYLOAD}, starts_at=now,
                         ends_at=now + timedelta(hours=1), author=PAYLOAD, comment=PAYLOAD)
     pages = ["/violations", *(f"/violations/{v}" for v in (*fired, js_id)), "/events", "/rulebooks", "/silences",
              "/audit", "/login"]

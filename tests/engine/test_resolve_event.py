@@ -63,7 +63,7 @@ def test_the_service_resolves_the_violation_on_a_clearing_event(database, tmp_pa
         core.ingest([_frag(1, 1, 0.71), _frag(2, 2, 0.80, gpu=2)])
         assert core.wait_idle()
         assert sorted(v.status for v in _violations(core)) == ["open", "open"]
-        core.incidents.acknowledge(next(v.id for v in _violations(core) if v.group["gpu"] == 3), actor="carol")
+        core.lifecycle.acknowledge(next(v.id for v in _violations(core) if v.group["gpu"] == 3), actor="carol")
         core.ingest([_frag(3, 3, 0.50), _frag(4, 4, 0.20)])  # only the low one clears, and only gpu 3
         assert core.wait_idle()
         by_gpu = {v.group["gpu"]: v for v in _violations(core)}

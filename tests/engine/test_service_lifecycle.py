@@ -9,7 +9,7 @@ from engine_support import rulebook_text
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
-from gpuslo.engine.services.incidents import LIFECYCLE_INTERVAL_S
+from gpuslo.engine.services.lifecycle import LIFECYCLE_INTERVAL_S
 from gpuslo.engine.store import repository, silences
 from gpuslo.engine.store.read_models import ViolationFilter
 
@@ -48,10 +48,10 @@ def test_rule_options_reach_the_violation_and_the_job_resolves_it(database, tmp_
         with core.database.session(readonly=True) as session:
             (violation,) = repository.list_violations(session, ViolationFilter()).items
         assert (violation.repeat_interval_s, violation.flap_window_s, violation.resolve_after_s) == (3600, 120, 600)
-        assert core.incidents.run_lifecycle(now=violation.quiet_since + timedelta(seconds=599)) == []
-        (resolved,) = core.incidents.run_lifecycle(now=violation.quiet_since + timedelta(seconds=600))
+        assert core.lifecycle.run_lifecycle(now=violation.quiet_since + timedelta(seconds=599)) == []
+        (resolved,) = core.lifecycle.run_lifecycle(now=violation.quiet_since + timedelta(seconds=600))
         assert (resolved.id, resolved.status, resolved.notify) == (violation.id, "resolved", "resolve")
-        reopened = core.incidents.reopen(violation.id, actor="carol", comment="not fixed", source="192.0.2.1")
+        reopened = core.lifecycle.reopen(violation.id, actor="carol", comment="not fixed", source="192.0.2.1")
         assert (reopened.status, reopened.resolved_at, reopened.notify) == ("open", None, "trigger")
         assert reopened.quiet_since > violation.quiet_since  # a human reopen restarts the quiet period
         with core.database.session(readonly=True) as session:
@@ -67,9 +67,9 @@ def test_silences_through_the_core(database, tmp_path: Path):
     core = Gpuslo.open(Settings(database_url=database.url, rules_dir=tmp_path))
     try:
         now = datetime.now(UTC)
-        silence = core.incidents.create_silence(matchers={"host": "node-7"}, starts_at=now - timedelta(hours=2),
+        silence = core.lifecycle.create_silence(matchers={"host": "node-7"}, starts_at=now - timedelta(hours=2),
                                       ends_at=now + timedelta(seconds=1), author="dave", comment="reboot")
-        core.incidents.run_lifecycle(now=now + timedelta(seconds=2))  # the job expires ended silences
+        core.lifecycle.run_lifecycle(now=now + timedelta(seconds=2))  # the job expires ended silences
         with core.database.session(readonly=True) as session:
             assert silences.get_silence(session, silence.id).expired_by == "schedule"
     finally:

@@ -69,9 +69,9 @@ def test_every_action_is_audited_with_before_after_and_source(core):
 
 def test_a_refused_action_leaves_no_audit_row(core):
     vid = seed_violation(core.database, [_frag("f-1")]).id
-    core.incidents.resolve(vid, actor="alice")
+    core.lifecycle.resolve(vid, actor="alice")
     with pytest.raises(InvalidTransition):
-        core.incidents.resolve(vid, actor="alice")  # rolled back: the audit row goes with it
+        core.lifecycle.resolve(vid, actor="alice")  # rolled back: the audit row goes with it
     assert [r.action for r in _rows(core)] == ["resolve"]
 
 
@@ -79,7 +79,7 @@ def test_audit_page_filters_pages_and_escapes(core):
     accounts = create_accounts(core.database)
     vid = seed_violation(core.database, [_frag("f-1")]).id
     for n in range(3):
-        core.incidents.comment(vid, actor=f"<b>user{n % 2}</b>", comment=f"c{n}", source="10.0.0.1")
+        core.lifecycle.comment(vid, actor=f"<b>user{n % 2}</b>", comment=f"c{n}", source="10.0.0.1")
     client = create_app(core.settings, core=core).test_client()
     act_as(client, "ada")
     html = client.get("/audit?actor=<b>user0</b>&page_size=1").get_data(as_text=True)
@@ -96,8 +96,8 @@ def test_audit_page_filters_pages_and_escapes(core):
 def test_csv_and_json_export(core):
     accounts = create_accounts(core.database)
     vid = seed_violation(core.database, [_frag("f-1")]).id
-    core.incidents.comment(vid, actor="=cmd|' /C calc'!A0", comment="x,\"y\"\nz", source="10.0.0.1")
-    core.incidents.acknowledge(vid, actor="bob", source="10.0.0.2")
+    core.lifecycle.comment(vid, actor="=cmd|' /C calc'!A0", comment="x,\"y\"\nz", source="10.0.0.1")
+    core.lifecycle.acknowledge(vid, actor="bob", source="10.0.0.2")
     client = create_app(core.settings, core=core).test_client()
     admin = bearer(accounts.tokens["admin"])
     exported = client.get("/api/v1/audit?format=csv", headers=admin)
@@ -129,7 +129,7 @@ def test_retention_keeps_evidence_unprocessed_violations_and_audit(core):
         session.execute(update(EventRow).where(EventRow.id == "ev-unprocessed").values(processed_at=None))
         session.execute(update(EventRow).where(EventRow.id == "ev-recent")
                         .values(received_at=NOW + timedelta(days=40)))
-    core.incidents.comment(vid, actor="alice", comment="kept")
+    core.lifecycle.comment(vid, actor="alice", comment="kept")
     assert core.run_retention(now=NOW + timedelta(days=45)) == 1
     with core.database.session(readonly=True) as session:
         left = set(session.scalars(select(EventRow.id)))

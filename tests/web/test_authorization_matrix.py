@@ -115,8 +115,8 @@ def test_bad_credentials_are_401_in_the_envelope(core, header):
 EXPECTED_CALLERS = {
     "api.post_events": {"token:ingest"},
     "api.list_violations": {"viewer", "operator", "admin", "token:read", "token:operate", "token:admin"},
-    "incidents_api.change_status": {"operator", "admin", "token:operate", "token:admin"},
-    "incidents_ui.create_silence": {"operator", "admin", "token:operate", "token:admin"},
+    "lifecycle_api.change_status": {"operator", "admin", "token:operate", "token:admin"},
+    "lifecycle_ui.create_silence": {"operator", "admin", "token:operate", "token:admin"},
     "notifications_api.retry_notification": {"operator", "admin", "token:operate", "token:admin"},
     "notifications_ui.notifications_page": {"viewer", "operator", "admin", "token:read", "token:operate",
                                             "token:admin"},

@@ -15,7 +15,7 @@ from gpuslo.engine.store.silences import MATCHER_FIELDS
 from gpuslo.web.context import current_core
 from gpuslo.web.incident_input import action_input, silence_input
 
-incidents_ui = Blueprint("incidents_ui", __name__)
+lifecycle_ui = Blueprint("lifecycle_ui", __name__)
 
 
 def _back_to(violation_id: int) -> Response:
@@ -23,45 +23,45 @@ def _back_to(violation_id: int) -> Response:
     return redirect(url_for("ui.violation", violation_id=violation_id), code=303)
 
 
-@incidents_ui.post("/violations/<int:violation_id>/<any(acknowledge, resolve, reopen):action>")
+@lifecycle_ui.post("/violations/<int:violation_id>/<any(acknowledge, resolve, reopen):action>")
 def change_status(violation_id: int, action: str) -> Response:
     given = action_input()
-    change = getattr(current_core().incidents, action)
+    change = getattr(current_core().lifecycle, action)
     change(violation_id, actor=given.actor, comment=given.comment, source=given.source)
     return _back_to(violation_id)
 
 
-@incidents_ui.post("/violations/<int:violation_id>/comments")
+@lifecycle_ui.post("/violations/<int:violation_id>/comments")
 def add_comment(violation_id: int) -> Response:
     given = action_input(comment_required=True)
-    current_core().incidents.comment(violation_id, actor=given.actor, comment=given.comment or "",
+    current_core().lifecycle.comment(violation_id, actor=given.actor, comment=given.comment or "",
                                      source=given.source)
     return _back_to(violation_id)
 
 
-@incidents_ui.get("/silences")
+@lifecycle_ui.get("/silences")
 def silences_page() -> str:
-    found = current_core().incidents.silences()
+    found = current_core().lifecycle.silences()
     return render_template("silences.html", silences=found, now=datetime.now(UTC), fields=MATCHER_FIELDS)
 
 
-@incidents_ui.post("/silences")
+@lifecycle_ui.post("/silences")
 def create_silence() -> Response:
     given = silence_input()
-    current_core().incidents.create_silence(matchers=given.matchers, starts_at=given.starts_at,
+    current_core().lifecycle.create_silence(matchers=given.matchers, starts_at=given.starts_at,
                                             ends_at=given.ends_at, author=given.author, comment=given.comment,
                                             source=request.remote_addr)
-    return redirect(url_for("incidents_ui.silences_page"), code=303)
+    return redirect(url_for("lifecycle_ui.silences_page"), code=303)
 
 
-@incidents_ui.post("/silences/<int:silence_id>/expire")
+@lifecycle_ui.post("/silences/<int:silence_id>/expire")
 def expire_silence(silence_id: int) -> Response:
     given = action_input()
-    current_core().incidents.expire_silence(silence_id, actor=given.actor, source=given.source)
-    return redirect(url_for("incidents_ui.silences_page"), code=303)
+    current_core().lifecycle.expire_silence(silence_id, actor=given.actor, source=given.source)
+    return redirect(url_for("lifecycle_ui.silences_page"), code=303)
 
 
-@incidents_ui.app_template_filter("duration")
+@lifecycle_ui.app_template_filter("duration")
 def duration(seconds: float | None) -> str:
     """Seconds as the rulebooks write them: `10m`, `4h`, `90s`."""
     if seconds is None:

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 LIFECYCLE_INTERVAL_S = 15.0
 
 
-class Incidents:
+class Lifecycle:
     """Violations' status changes and silences on one database."""
 
     def __init__(self, changes: Changes, quiet_by_rule: Callable[[], dict[str, float]]):
