@@ -176,7 +176,11 @@ class Trainer:
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
-        self.proc.wait(30)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:  # CUDA teardown can hang (device run 2): the figures are saved already
+            self.proc.kill()
+            self.proc.wait()
 
 
 def median(values: list[float]) -> float:
@@ -249,6 +253,8 @@ def main() -> int:
     parser.add_argument("--min-rounds", type=int, default=10)
     parser.add_argument("--hz", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--itl-groups", action="store_true",
+                        help="ITL only: arms off, on and each attachment group alone, in a random order per round")
     parser.add_argument("--dry-run", action="store_true", help="CPU model and training, no NVML: the plumbing only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -288,6 +294,14 @@ def main() -> int:
         print("PROBE " + json.dumps(result["probe"]), flush=True)
         itl_block(llm, 2, args.max_tokens)  # warm the client path
         arms = {"on": everything, "off": set()}
+        if args.itl_groups:
+            single = {**arms, **{g: {g} for g in sorted(everything)}}
+            result["itl_blocks"] = ab(toggle, single, lambda: itl_block(llm, args.requests, args.max_tokens),
+                                      until - time.time() - 20, args.min_rounds, args.seed + 3, "itl-groups")
+            result["itl"] = overhead(result["itl_blocks"], "on")
+            result["itl_profile"] = {g: overhead(result["itl_blocks"], g) for g in single if g != "off"}
+            print("ITL-GROUPS " + json.dumps(result["itl_profile"]), flush=True)
+            return 0
         left = until - time.time() - 20
         train_s = max(10.0, left * (1 - args.itl_share) * 0.6)  # the rest kept for the single-group arms
         result["train_blocks"] = ab(toggle, arms, lambda: trainer.block(args.train_steps), train_s,
@@ -314,6 +328,7 @@ def main() -> int:
         result["lost"] = probe.collector.lost()  # type: ignore[union-attr]
         result["loadavg"] = os.getloadavg()
     finally:
+        save()  # first: the teardown below can outlast the run's time limit
         if toggle is not None:
             toggle.close()
         if probe is not None:
