@@ -76,7 +76,9 @@ def _stored(database: Database) -> Counter[tuple[str, str, int, str]]:
     return +counts
 
 
-@pytest.mark.xfail(strict=True, reason="h12-write folds the write path")
+@pytest.mark.xfail(strict=True, reason="issue 19, open: fleet workers count no SLIs yet; the write path stores them "
+                   "(engine_output.record_result) but an event reaches one partition per key space, so the "
+                   "counts need a routing of their own (docs/fleet.md)")
 def test_workers_count_the_sli_buckets(cluster: NatsCluster, bus: Bus, fleet_database: Database,
                                        tmp_path: Path) -> None:
     events = _events()
