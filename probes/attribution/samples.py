@@ -7,7 +7,9 @@ waits for room in the GPU's queue, or in a wait), not doing its own work."""
 
 from __future__ import annotations
 
+import bisect
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,9 +18,11 @@ from pathlib import Path
 from gpuslo.probes.attribution.signals import Interval
 
 CUDA_LIBRARIES = ("libcuda.so", "libcudart.so")
+MAPS_REFRESH_S = 1.0  # the least time between two reads of one process's maps after a miss
 
 
 def _maps(pid: int, proc: str) -> list[tuple[int, int, str]]:
+    """The executable mappings of a process, sorted by start address (empty when it is gone)."""
     found = []
     try:
         text = Path(proc, str(pid), "maps").read_text()
@@ -29,7 +33,15 @@ def _maps(pid: int, proc: str) -> list[tuple[int, int, str]]:
         if len(parts) == 6 and "x" in parts[1]:
             start, _, end = parts[0].partition("-")
             found.append((int(start, 16), int(end, 16), parts[5].strip()))
-    return found
+    return sorted(found)
+
+
+def _lookup(maps: list[tuple[int, int, str]], ip: int) -> str | None:
+    """The path of the sorted mapping holding `ip`, None when none does."""
+    at = bisect.bisect_right(maps, (ip, float("inf"), "")) - 1
+    if at >= 0 and maps[at][0] <= ip < maps[at][1]:
+        return maps[at][2]
+    return None
 
 
 @dataclass
@@ -50,19 +62,28 @@ class CudaSamples:
         self.proc = proc
         self.symbol = symbol
         self._maps: dict[int, list[tuple[int, int, str]]] = {}
+        self._maps_read_at: dict[int, float] = {}
         self._open: dict[int, _Open] = {}
         self._closed: list[Interval] = []
         self.samples = self.in_cuda = 0
         self.modules: Counter[str] = Counter()  # the top frame's library of every sample: where on-CPU time went
 
     def module(self, pid: int, ip: int) -> str:
-        for attempt in (0, 1):
-            if attempt or pid not in self._maps:
-                self._maps[pid] = _maps(pid, self.proc)
-            for start, end, path in self._maps[pid]:
-                if start <= ip < end:
-                    return path
-        return ""
+        """The path of the mapping holding `ip` ("" when none does). A miss reads the maps again (a library loaded
+        since), at most once per `MAPS_REFRESH_S` per process: frames outside any file mapping (JIT code, the
+        vDSO's neighbours) would otherwise re-read and parse the whole maps file at every sample."""
+        maps = self._maps.get(pid)
+        if maps is None:
+            maps = self._read_maps(pid)
+        path = _lookup(maps, ip)
+        if path is None and time.monotonic() - self._maps_read_at.get(pid, 0.0) >= MAPS_REFRESH_S:
+            path = _lookup(self._read_maps(pid), ip)
+        return path or ""
+
+    def _read_maps(self, pid: int) -> list[tuple[int, int, str]]:
+        self._maps[pid] = maps = _maps(pid, self.proc)
+        self._maps_read_at[pid] = time.monotonic()
+        return maps
 
     def feed(self, t_ns: int, pid: int, tid: int, frames: tuple[int, ...]) -> None:
         """One sample: its time, thread and top user frames (the first is the instruction pointer)."""
