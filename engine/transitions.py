@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from gpuslo.engine.events import format_time
 from gpuslo.engine.violations import Clear, Match
@@ -35,34 +35,10 @@ _NO_DETAIL: Mapping[str, Any] = MappingProxyType({})
 _ACTION_HISTORY = {"acknowledge": "acknowledged", "resolve": "resolved", "reopen": "reopened"}
 
 
-class ViolationLike(Protocol):
-    """The lifecycle attributes of a violation (a ViolationState or a stored ViolationView)."""
-
-    @property
-    def status(self) -> str: ...
-    @property
-    def flapping(self) -> bool: ...
-    @property
-    def resolved_at(self) -> datetime | None: ...
-    @property
-    def last_notified_at(self) -> datetime | None: ...
-    @property
-    def quiet_since(self) -> datetime: ...
-    @property
-    def repeat_interval_s(self) -> float: ...
-    @property
-    def flap_window_s(self) -> float: ...
-    @property
-    def resolve_after_s(self) -> float | None: ...
-
-
 @dataclass(frozen=True)
-class ViolationState:
-    """A violation's values that its transitions read and change.
-
-    `latest` is the last match this fold folded in (its text, explanation and place replace the stored ones);
-    None: nothing folded yet, the stored ones stand. `reopens`: when it was reopened, for the flapping count.
-    """
+class ViolationLifecycle:
+    """What a violation's transitions read and change, shared by the fold's ViolationState and the stored
+    ViolationView (gpuslo.engine.store.read_models), so that both name each lifecycle value once."""
 
     rule_id: str
     group_key: str
@@ -85,6 +61,16 @@ class ViolationState:
     repeat_interval_s: float
     flap_window_s: float
     resolve_after_s: float | None
+
+
+@dataclass(frozen=True)
+class ViolationState(ViolationLifecycle):
+    """A violation's lifecycle in the fold.
+
+    `latest` is the last match this fold folded in (its text, explanation and place replace the stored ones);
+    None: nothing folded yet, the stored ones stand. `reopens`: when it was reopened, for the flapping count.
+    """
+
     latest: Match | None = None
     reopens: tuple[datetime, ...] = ()
 
@@ -124,7 +110,7 @@ def _seconds(later: datetime, earlier: datetime) -> float:
     return (later - earlier).total_seconds()
 
 
-def decide_match(active: ViolationLike | None, latest_resolved: ViolationLike | None, now: datetime,
+def decide_match(active: ViolationLifecycle | None, latest_resolved: ViolationLifecycle | None, now: datetime,
                  flap_window_s: float) -> Decision:
     """A new match folds into the unresolved violation, reopens one resolved within the flap window, or opens one.
 
@@ -144,7 +130,7 @@ def is_flapping(reopens: Sequence[datetime], now: datetime, flap_window_s: float
     return sum(1 for at in reopens if 0 <= _seconds(now, at) <= flap_window_s) >= threshold
 
 
-def should_notify(violation: ViolationLike, now: datetime) -> bool:
+def should_notify(violation: ViolationLifecycle, now: datetime) -> bool:
     """Whether a folded repeat counts as new for notification: `repeat_interval` passed since the last one.
 
     An acknowledged violation is being handled and a resolved one is over: neither repeats. A violation never
@@ -157,7 +143,7 @@ def should_notify(violation: ViolationLike, now: datetime) -> bool:
     return _seconds(now, violation.last_notified_at) >= violation.repeat_interval_s
 
 
-def notification_for(decision: Decision, violation: ViolationLike, now: datetime) -> NotifyKind | None:
+def notification_for(decision: Decision, violation: ViolationLifecycle, now: datetime) -> NotifyKind | None:
     """What a match means for receivers, given the violation as it was before the match.
 
     New: trigger. Reopen: trigger again, unless the violation was already flapping (the damping: a flapping
@@ -171,7 +157,7 @@ def notification_for(decision: Decision, violation: ViolationLike, now: datetime
     return "repeat" if should_notify(violation, now) else None
 
 
-def quiet_period_s(violation: ViolationLike, rule_after_s: float | None = None) -> float | None:
+def quiet_period_s(violation: ViolationLifecycle, rule_after_s: float | None = None) -> float | None:
     """How long without a new match resolves the violation; None: only a human resolves it.
 
     `rule_after_s` (the loaded rule's `resolve.after`) wins over the value stored with the violation. A
@@ -183,7 +169,7 @@ def quiet_period_s(violation: ViolationLike, rule_after_s: float | None = None) 
     return after
 
 
-def due_for_auto_resolve(violation: ViolationLike, now: datetime, rule_after_s: float | None = None) -> bool:
+def due_for_auto_resolve(violation: ViolationLifecycle, now: datetime, rule_after_s: float | None = None) -> bool:
     """True when the violation is unresolved and no match arrived for its quiet period."""
     if violation.status == "resolved":
         return False

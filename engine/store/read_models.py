@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from gpuslo.engine.events import Event, format_time
+from gpuslo.engine.transitions import ViolationLifecycle
 
 T = TypeVar("T")
 
@@ -52,52 +53,31 @@ class EventFilter:
 
 
 @dataclass(frozen=True)
-class ViolationView:
-    """A violation as stored; `explanation` is Explanation.to_dict() of the latest match."""
+class ViolationView(ViolationLifecycle):
+    """A violation as stored (its lifecycle values in ViolationLifecycle, gpuslo.engine.transitions explains
+    each); `explanation` is Explanation.to_dict() of the latest match."""
 
     id: int
-    rule_id: str
     rule_title: str
-    rulebook: str
     rulebook_version: str
     rulebook_hash: str
     slo: str
     slo_objective: str
     severity: str
-    group_key: str
-    group: Mapping[str, Any]
     host: str | None
     gpu: int | None
-    status: str
-    first_seen: datetime
-    last_seen: datetime
-    occurrences: int
     summary: str
     remediation: str
     runbook: str | None
     explanation: Mapping[str, Any]
     labels: Mapping[str, str]
-    created_at: datetime
-    updated_at: datetime
-    # Lifecycle; gpuslo.engine.transitions explains each.
-    quiet_since: datetime
-    last_notified_at: datetime | None
-    acknowledged_at: datetime | None
-    acknowledged_by: str | None
-    resolved_at: datetime | None
-    resolved_by: str | None
-    flaps: int
-    flapping: bool
-    repeat_interval_s: float
-    flap_window_s: float
-    resolve_after_s: float | None
     # What the change that produced this view means for receivers (trigger, repeat, acknowledge, resolve);
     # None when nothing should be sent or the view was only read. Never stored.
     notify: str | None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, times as RFC 3339 UTC."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"id": self.id}
         for name in ViolationView.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, datetime):
