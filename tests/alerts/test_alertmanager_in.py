@@ -3,7 +3,6 @@ against a live server on both databases, and end to end from a real Alertmanager
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,14 +11,13 @@ from typing import Any
 import httpx
 import pytest
 from alertmanager_support import ALERTMANAGER_NEEDED
-from werkzeug.serving import make_server
+from live_server import open_and_serve
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.external_alerts import convert, parse_rfc3339
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.read_models import EventFilter, ViolationFilter
-from gpuslo.web import create_app
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
@@ -71,17 +69,8 @@ def test_bad_alerts_are_problems_with_their_path_and_the_others_still_convert() 
 
 @pytest.fixture
 def served(database, tmp_path: Path) -> Iterator[tuple[str, Gpuslo]]:
-    settings = Settings(database_url=database.url, rules_dir=RULES)
-    core = Gpuslo.open(settings)
-    http = make_server("127.0.0.1", 0, create_app(settings, core=core), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_port}", core
-    finally:
-        http.shutdown()
-        thread.join(timeout=10)
-        core.close()
+    with open_and_serve(Settings(database_url=database.url, rules_dir=RULES)) as served:
+        yield served
 
 
 def test_webhook_posts_are_idempotent_and_feed_the_rules(served) -> None:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-import queue
-import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,47 +16,19 @@ import httpx
 import pytest
 from cli_support import EXAMPLE_INCIDENT, RULES_DIR
 from click.testing import CliRunner
+from serve_process import serving_process
 from sqlalchemy import create_engine, inspect
 
 from gpuslo.cli.main import main
 
 GPUSLO = Path(sys.executable).parent / "gpuslo"
-LISTENING = re.compile(r"gpuslo listening on (http://127\.0\.0\.1:\d+)")
 
 
 @contextmanager
 def _serving(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """`gpuslo serve --port 0` in a child process; yields it, its URL and its log lines (still growing)."""
-    env = {**os.environ, "GPUSLO_DATABASE_URL": f"sqlite:///{tmp_path / 'served.db'}"}
-    process = subprocess.Popen(
-        [str(GPUSLO), "serve", "--port", "0", "--rules", str(RULES_DIR), *extra],
-        cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
-    lines: list[str] = []
-    listening = queue.Queue[str]()
-
-    def drain() -> None:  # keeps reading so the server never blocks on a full pipe
-        for line in process.stderr or ():
-            lines.append(line)
-            found = LISTENING.search(line)
-            if found:
-                listening.put(found.group(1))
-        listening.put("")
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        url = listening.get(timeout=30)
-        if not url:
-            pytest.fail("gpuslo serve exited before listening:\n" + "".join(lines))
-        yield process, url, lines
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=20)
-        reader.join(timeout=10)
-        if process.stderr:
-            process.stderr.close()
+    with serving_process(tmp_path, RULES_DIR, *extra, timeout_s=30) as served:
+        yield served
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -1,30 +1,13 @@
-"""A real HTTP server (werkzeug, threaded, 127.0.0.1) around the real app, and a login over real HTTP."""
+"""Clients of the real app served over real HTTP (live_server.serve), and a login."""
 
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import httpx
-from werkzeug.serving import make_server
+from live_server import serve
 
-from gpuslo.web import create_app
-
-
-@contextmanager
-def serve(core: Any, settings: Any = None) -> Iterator[str]:
-    """Serve an app on `core` (and `settings`, default the core's) at a free loopback port; yields its URL."""
-    http = make_server("127.0.0.1", 0, create_app(settings or core.settings, core=core), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_port}"
-    finally:
-        http.shutdown()
-        thread.join(timeout=10)
+__all__ = ["client", "csrf_of", "login", "serve"]
 
 
 def client(url: str, source: str = "127.0.0.1") -> httpx.Client:

@@ -4,7 +4,6 @@ rulebook file keeps its last good version while the others are applied (reload e
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from live_server import open_and_serve
 from web_support import app_settings
-from werkzeug.serving import make_server
 
 from gpuslo.engine.store.db import Database
-from gpuslo.web import create_app
 
 HOSTILE_SUMMARIES = {
     "format-map-index": "{{ '{0.__class__}'.format_map(event) }}",  # IndexError
@@ -44,18 +42,8 @@ def rulebook(name: str, rules: dict[str, str], version: str = "1") -> str:
 @contextmanager
 def serving(database: Database, rules_dir: Path, **settings: Any) -> Iterator[tuple[str, Any]]:
     """The real app and core on `database`, served on a free loopback port; yields its URL and the core."""
-    from gpuslo.engine.core import Gpuslo
-
-    core = Gpuslo.open(app_settings(database, rules_dir, **settings))
-    http = make_server("127.0.0.1", 0, create_app(core.settings, core=core), threaded=True)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_port}", core
-    finally:
-        http.shutdown()
-        thread.join(timeout=10)
-        core.close()
+    with open_and_serve(app_settings(database, rules_dir, **settings)) as served:
+        yield served
 
 
 def _oom(ident: str) -> dict[str, Any]:

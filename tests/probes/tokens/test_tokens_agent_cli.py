@@ -3,13 +3,9 @@
 
 from __future__ import annotations
 
-import os
-import queue
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,41 +13,18 @@ from typing import Any
 
 import httpx
 import pytest
+from serve_process import serving_process
 from test_tokens_passive import SCRAPE_1, SCRAPE_2
 
 ROOT = Path(__file__).resolve().parents[3]
 GPUSLO = Path(sys.executable).parent / "gpuslo"
-LISTENING = re.compile(r"gpuslo listening on (http://127\.0\.0\.1:\d+)")
 
 
 @pytest.fixture(scope="module")
 def gpuslo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`gpuslo serve` on a free port with the shipped rulebooks and its own SQLite file."""
-    where = tmp_path_factory.mktemp("serve")
-    env = {**os.environ, "GPUSLO_DATABASE_URL": f"sqlite:///{where / 'served.db'}"}
-    process = subprocess.Popen([str(GPUSLO), "serve", "--port", "0", "--rules", str(ROOT / "rules")], cwd=where,
-                               env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    found: queue.Queue[str] = queue.Queue()
-
-    def drain() -> None:  # keeps reading so the server never blocks on a full pipe
-        for line in process.stderr or ():
-            match = LISTENING.search(line)
-            if match:
-                found.put(match.group(1))
-        found.put("")
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        url = found.get(timeout=60)
-        assert url, "gpuslo serve exited before listening"
+    with serving_process(tmp_path_factory.mktemp("serve"), ROOT / "rules") as (_, url, _lines):
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-        reader.join(timeout=10)
-        if process.stderr:
-            process.stderr.close()
 
 
 def _events(server: str, kind: str, host: str) -> list[dict[str, Any]]:
