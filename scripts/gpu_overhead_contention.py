@@ -182,15 +182,10 @@ def sm_clock() -> Any:
                     "gpu_util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu}
 
 
-def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, work: Path,
+def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, cont: Contenders,
                until: float) -> dict[str, Any]:
-    """Streams under K contenders in bursts; every stall attributed, labelled, kept with its signals."""
-    summary: dict[str, Any] = {"k": args.contenders}
-    t0 = time.monotonic()
-    cont = Contenders(args.contenders, args.contender_cpus if args.pin else None, "cpu" if args.dry_run else "cuda",
-                      work)
-    summary["start_s"], summary["pids"] = round(time.monotonic() - t0, 1), cont.pids
-    print(f"CONTENDERS {cont.pids} ready in {summary['start_s']} s", flush=True)
+    """Streams under the contenders in bursts; every stall attributed, labelled, kept with its signals."""
+    summary: dict[str, Any] = {"k": args.contenders, "pids": cont.pids, "steps": args.steps}
     config = ActiveProbeConfig(url=llm, model=MODEL, api="completions", max_tokens=args.contend_tokens,
                                stall_threshold_ms=100.0, timeout_s=120.0, gpu=0)
     stalls_out = open(args.out / "gpu-process-stalls.jsonl", "w")  # noqa: SIM115 - closed below
@@ -204,7 +199,7 @@ def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, work
                 cont.set(active, args.on_s, args.off_s, mode or "sm")
                 time.sleep(0.5)
                 for _ in range(args.contend_requests):
-                    if time.time() > until - 25:
+                    if time.time() > until - 15:
                         summary["cut_short"] = True
                         break
                     events = tokens.run_once()
@@ -213,7 +208,7 @@ def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, work
                     print("REQUEST " + json.dumps(phases[-1]), flush=True)
         summary["requests"] = phases
     finally:
-        summary["contenders"] = cont.close()
+        cont.set(0)
         stalls_out.close()
         signals_out.close()
     return summary
@@ -247,8 +242,7 @@ def record(probe: AttributionProbe, events: list[Any], active: int, mode: str, p
                               "coverage": a.get("attribution.coverage"),
                               "shares": {k[12:-3]: round(v) for k, v in a.items()
                                          if k.startswith("attribution.") and k.endswith("_ms")},
-                              "gpu": next((p for p in (a.get("attribution.evidence") or "").split("; ")
-                                           if "SM" in p or "pid" in p), "")[:200]})
+                              "evidence": (a.get("attribution.evidence") or "")[:400]})
     return out
 
 
@@ -261,6 +255,7 @@ def main() -> int:
     parser.add_argument("--client-cpus", default="4-7", help="this script, its client, the trainer")
     parser.add_argument("--contender-cpus", default="8-15")
     parser.add_argument("--itl-s", type=float, default=150.0, help="seconds for the ITL A/B")
+    parser.add_argument("--reserve-s", type=float, default=90.0, help="seconds kept after the ITL A/B")
     parser.add_argument("--itl-tokens", type=int, default=24, help="tokens per ITL block (one request)")
     parser.add_argument("--max-rounds", type=int, default=40)
     parser.add_argument("--min-rounds", type=int, default=10)
@@ -271,8 +266,8 @@ def main() -> int:
                         help="contender steps, N:sm (products) or N:copy (products and 2 GiB copies each way)")
     parser.add_argument("--on-s", type=float, default=1.5)
     parser.add_argument("--off-s", type=float, default=1.0)
-    parser.add_argument("--contend-requests", type=int, default=3)
-    parser.add_argument("--contend-tokens", type=int, default=40)
+    parser.add_argument("--contend-requests", type=int, default=2)
+    parser.add_argument("--contend-tokens", type=int, default=32)
     parser.add_argument("--dry-run", action="store_true", help="CPU model, no NVML: the plumbing only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -294,8 +289,15 @@ def main() -> int:
         PY, str(WORKLOADS), "serve", "--port", str(args.llm_port), "--gpuslo", ""]
     taskset = shutil.which("taskset") is not None
     procs = [start("llm", (["taskset", "-c", args.engine_cpu] if pin and taskset else []) + server_cmd, work)]
-    probe = toggle = trainer = None
+    probe = toggle = trainer = cont = None
     try:
+        # The contenders start now, beside the server's start-up, and idle (active 0) until the contention part:
+        # their contexts hold no work meanwhile, so the GPU's scheduler never gives them a slice.
+        t0 = time.monotonic()
+        cont = Contenders(args.contenders, args.contender_cpus if pin else None, "cpu" if args.dry_run else "cuda",
+                          work)
+        result["contenders"] = {"pids": cont.pids, "ready_s": round(time.monotonic() - t0, 1)}
+        print("CONTENDERS " + json.dumps(result["contenders"]), flush=True)
         trainer = StandInTrainer() if args.dry_run else Trainer("cuda")
         wait_for(lambda: _get(f"{llm}/healthz"), 240, 0.5)
         state = _get(f"{llm}/control/state") or {}
@@ -317,7 +319,7 @@ def main() -> int:
         itl_block(llm, 2, args.itl_tokens)  # warm the client path
         arms = {"on": everything, "off": set()}
         cov = sm_clock()
-        itl_s = min(args.itl_s, until - time.time() - 150)
+        itl_s = min(args.itl_s, until - time.time() - args.reserve_s)
         result["itl_blocks"] = ab(toggle, arms, lambda: itl_block(llm, 1, args.itl_tokens), itl_s, args.min_rounds,
                                   15, "itl", covariate=cov, max_rounds=args.max_rounds)
         result["itl"] = overhead(result["itl_blocks"], "on")
@@ -331,7 +333,7 @@ def main() -> int:
         trainer.close()
         trainer = None
         toggle.set(everything)
-        result["contention"] = contention(args, probe, llm, work, until)
+        result["contention"] = contention(args, probe, llm, cont, until)
         result["lost"] = probe.collector.lost()  # type: ignore[union-attr]
         result["clock"] = asdict(probe.alignment.current) if probe.alignment else None
         result["drift_ppm"] = probe.alignment.drift_ppm if probe.alignment else None
@@ -344,6 +346,8 @@ def main() -> int:
             probe.stop()
         if trainer is not None:
             trainer.close()
+        if cont is not None:
+            result["contenders"]["exit"] = cont.close()
         for proc in reversed(procs):
             stop(proc)
         save()
