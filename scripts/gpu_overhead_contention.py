@@ -178,8 +178,15 @@ def sm_clock() -> Any:
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
     except Exception:  # noqa: BLE001 - the dry run
         return None
-    return lambda: {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                    "gpu_util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu}
+
+    def read() -> dict[str, Any]:
+        try:
+            return {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                    "mem_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)}
+        except Exception as exc:  # noqa: BLE001 - a covariate, never the run's end
+            return {"error": str(exc)[:100]}
+
+    return read
 
 
 def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, cont: Contenders,
