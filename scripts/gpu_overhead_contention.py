@@ -6,15 +6,16 @@ by other processes' GPU kernels, attributed to the GPU layer with the contending
 One streaming server (scripts/gpu_token_workloads.py, no allocator reporter), pinned with taskset to one CPU
 that nothing else here uses (its per-request engine threads inherit it); this script, its client, the probe's
 drain and NVML threads and the trainer on other CPUs; the contenders on the rest.
-1. ITL A/B: the attribution probe loaded once, every attachment on or off per block (scripts/gpu_probe_overhead.py
-   Toggle), ABBA over many short rounds, one request per block; the GPU's SM clock read after each block (a
-   covariate for the server's two speeds seen before). Per-round ratio with its median and interval, and the
-   pooled figure.
-2. Training A/B, a few rounds (the 1 % target is met already; this re-measures it in the same run).
-3. GPU contention from other processes: K contender processes (bf16 16384^2 products, blocking syncs, pinned
-   away from the server) run in wall-clock bursts while the token probe streams; every token_stall is attributed
-   by the probe (all attached), labelled `injected=gpu-process` and the number of contenders, and kept with the
-   signals it was computed from.
+1. GPU contention from other processes: K contender processes (bf16 16384^2 products, blocking syncs, pinned
+   away from the server; started beside the server, idle until then) run in wall-clock bursts while the token
+   probe streams, first products alone, then products plus 2 GiB PCIe copies each way; every token_stall is
+   attributed by the probe (all attached), labelled `injected=gpu-process`, the number of contenders and the
+   mode, and kept with the signals it was computed from. The contenders end before the A/B.
+2. Optionally (--train-rounds) a training A/B (the 1 % target is met already).
+3. ITL A/B over the time left: the attribution probe loaded once, every attachment on or off per block
+   (scripts/gpu_probe_overhead.py Toggle), ABBA over many short rounds, one request per block; the GPU's SM
+   clock read after each block (a covariate for the server's two speeds seen before). Per-round ratio with its
+   median and interval, and the pooled figure.
 Writes DIR/overhead.json, DIR/gpu-process-stalls.jsonl (token_stall and token_latency events),
 DIR/gpu-process-signals.jsonl and DIR/contention-summary.json.
 """
@@ -206,7 +207,7 @@ def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, cont
                 cont.set(active, args.on_s, args.off_s, mode or "sm")
                 time.sleep(0.5)
                 for _ in range(args.contend_requests):
-                    if time.time() > until - 15:
+                    if time.time() > until:
                         summary["cut_short"] = True
                         break
                     events = tokens.run_once()
@@ -262,19 +263,20 @@ def main() -> int:
     parser.add_argument("--client-cpus", default="4-7", help="this script, its client, the trainer")
     parser.add_argument("--contender-cpus", default="8-15")
     parser.add_argument("--itl-s", type=float, default=150.0, help="seconds for the ITL A/B")
-    parser.add_argument("--reserve-s", type=float, default=90.0, help="seconds kept after the ITL A/B")
-    parser.add_argument("--itl-tokens", type=int, default=24, help="tokens per ITL block (one request)")
+    parser.add_argument("--reserve-s", type=float, default=100.0,
+                        help="seconds the contention part leaves for the A/B after it")
+    parser.add_argument("--itl-tokens", type=int, default=16, help="tokens per ITL block (one request)")
     parser.add_argument("--max-rounds", type=int, default=40)
-    parser.add_argument("--min-rounds", type=int, default=10)
-    parser.add_argument("--train-rounds", type=int, default=8)
+    parser.add_argument("--min-rounds", type=int, default=4)
+    parser.add_argument("--train-rounds", type=int, default=0, help="0: no training A/B (met already)")
     parser.add_argument("--train-steps", type=int, default=40)
     parser.add_argument("--contenders", type=int, default=12)
-    parser.add_argument("--steps", type=lambda v: v.split(","), default=["6:sm", "12:sm", "12:copy"],
+    parser.add_argument("--steps", type=lambda v: v.split(","), default=["12:sm", "12:copy"],
                         help="contender steps, N:sm (products) or N:copy (products and 2 GiB copies each way)")
     parser.add_argument("--on-s", type=float, default=1.5)
     parser.add_argument("--off-s", type=float, default=1.0)
     parser.add_argument("--contend-requests", type=int, default=2)
-    parser.add_argument("--contend-tokens", type=int, default=32)
+    parser.add_argument("--contend-tokens", type=int, default=24)
     parser.add_argument("--dry-run", action="store_true", help="CPU model, no NVML: the plumbing only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -305,7 +307,8 @@ def main() -> int:
                           work)
         result["contenders"] = {"pids": cont.pids, "ready_s": round(time.monotonic() - t0, 1)}
         print("CONTENDERS " + json.dumps(result["contenders"]), flush=True)
-        trainer = StandInTrainer() if args.dry_run else Trainer("cuda")
+        if args.train_rounds:
+            trainer = StandInTrainer() if args.dry_run else Trainer("cuda")
         wait_for(lambda: _get(f"{llm}/healthz"), 240, 0.5)
         state = _get(f"{llm}/control/state") or {}
         if pin and not taskset:  # its threads now; the engine threads it starts later inherit it
@@ -317,30 +320,38 @@ def main() -> int:
                                                    libraries=tuple(p for p in (libs.cuda, libs.cudart) if p)), "h200")
         t0 = time.monotonic()
         probe.start()
-        probe.watch(trainer.pid)
+        if trainer is not None:
+            probe.watch(trainer.pid)
         toggle = Toggle(probe)
         everything = set(toggle.groups)
         result["probe"] = {"load_s": round(time.monotonic() - t0, 2), "groups": sorted(everything),
                            "uprobes": [s for _, s, _ in toggle.uprobes], "unavailable": probe.unavailable}
         print("PROBE " + json.dumps(result["probe"]), flush=True)
         itl_block(llm, 2, args.itl_tokens)  # warm the client path
+        # 1. GPU contention from other processes first (every attachment on): its length depends on how slow the
+        # stream gets; the A/B after it takes whatever time is left.
+        result["contention"] = contention(args, probe, llm, cont, until - args.reserve_s)
+        save()
+        result["contenders"]["exit"] = cont.close()
+        cont = None
         arms = {"on": everything, "off": set()}
-        cov = sm_clock()
-        itl_s = min(args.itl_s, until - time.time() - args.reserve_s)
-        result["itl_blocks"] = ab(toggle, arms, lambda: itl_block(llm, 1, args.itl_tokens), itl_s, args.min_rounds,
-                                  15, "itl", covariate=cov, max_rounds=args.max_rounds)
+        if trainer is not None:
+            result["train_blocks"] = ab(toggle, arms, lambda: trainer.block(args.train_steps), 0.0,
+                                        args.train_rounds, 16, "train", max_rounds=args.train_rounds)
+            result["train"] = overhead(result["train_blocks"], "on")
+            save()
+            print("TRAIN " + json.dumps(result["train"]), flush=True)
+            trainer.close()
+            trainer = None
+        # 2. The ITL A/B over the rest of the time.
+        itl_s = min(args.itl_s, until - time.time() - 10)
+        result["itl_blocks"] = []
+        ab(toggle, arms, lambda: itl_block(llm, 1, args.itl_tokens), itl_s, args.min_rounds, 15, "itl",
+           covariate=sm_clock(), max_rounds=args.max_rounds, blocks=result["itl_blocks"], on_round=save)
         result["itl"] = overhead(result["itl_blocks"], "on")
         save()
         print("ITL " + json.dumps(result["itl"]), flush=True)
-        result["train_blocks"] = ab(toggle, arms, lambda: trainer.block(args.train_steps), 0.0, args.train_rounds,
-                                    16, "train", max_rounds=args.train_rounds)
-        result["train"] = overhead(result["train_blocks"], "on")
-        save()
-        print("TRAIN " + json.dumps(result["train"]), flush=True)
-        trainer.close()
-        trainer = None
         toggle.set(everything)
-        result["contention"] = contention(args, probe, llm, cont, until)
         result["lost"] = probe.collector.lost()  # type: ignore[union-attr]
         result["clock"] = asdict(probe.alignment.current) if probe.alignment else None
         result["drift_ppm"] = probe.alignment.drift_ppm if probe.alignment else None

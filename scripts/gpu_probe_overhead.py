@@ -227,11 +227,13 @@ def overhead(blocks: list[dict[str, Any]], arm: str, base: str = "off", n_boot: 
 
 
 def ab(toggle: Toggle, arms: dict[str, set[str]], run_block: Any, seconds: float, min_rounds: int,
-       seed: int, label: str, covariate: Any = None, max_rounds: int = 10_000) -> list[dict[str, Any]]:
+       seed: int, label: str, covariate: Any = None, max_rounds: int = 10_000,
+       blocks: list[dict[str, Any]] | None = None, on_round: Any = None) -> list[dict[str, Any]]:
     """Rounds of one block per arm (two arms: ABBA; more: a random order) until `seconds` are spent (at least
     min_rounds, at most max_rounds, an even number with two arms). covariate(), if given, is read after each block
     and kept with it (the GPU's SM clock, say)."""
-    rng, blocks, end, rnd = random.Random(seed), [], time.monotonic() + seconds, 0
+    rng, end, rnd = random.Random(seed), time.monotonic() + seconds, 0
+    blocks = [] if blocks is None else blocks  # a caller's list fills as the rounds go (saved by on_round)
     while (rnd < min_rounds or time.monotonic() < end or (len(arms) == 2 and rnd % 2)) and rnd < max_rounds:
         order = list(arms)
         if len(arms) == 2:  # ABBA: drift cancels, and a switch only every other block (detaching uprobes is slow)
@@ -250,6 +252,8 @@ def ab(toggle: Toggle, arms: dict[str, set[str]], run_block: Any, seconds: float
                 blocks[-1]["covariate"] = covariate()
         print(f"{label} round {rnd}: " + ", ".join(f"{b['arm']} {b['median_ms']}" for b in blocks[-len(arms):]),
               flush=True)
+        if on_round is not None:
+            on_round()
         rnd += 1
     return blocks
 
