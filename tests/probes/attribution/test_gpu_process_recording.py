@@ -3,7 +3,7 @@
 examples/incidents/h200-stall-attribution-gpu-process.jsonl holds every token_stall and token_latency the token
 probe made while other processes ran heavy kernels in bursts (labels: `injected=gpu-process`, `contenders` = how
 many, `mode` = products alone or with PCIe copies), each with the attribution probe's `attribution.*`
-attributes; h200-stall-attribution-gpu-process.signals.jsonl holds the eBPF intervals, on-CPU sample spans and
+attributes; h200-stall-attribution-gpu-process.signals.ndjson holds the eBPF intervals, on-CPU sample spans and
 NVML samples each stall's attribution was computed from, and the contenders' pids. The test recomputes every
 attribution from those signals, checks the layers the run found and that the evidence names a contending pid,
 and replays the stalls through the shipped rules.
@@ -26,7 +26,7 @@ from gpuslo.probes.attribution.signals import GpuSample, Interval
 ROOT = Path(__file__).resolve().parents[3]
 INCIDENTS = ROOT / "examples" / "incidents"
 RECORDING = INCIDENTS / "h200-stall-attribution-gpu-process.jsonl"
-SIGNALS = INCIDENTS / "h200-stall-attribution-gpu-process.signals.jsonl"
+SIGNALS = INCIDENTS / "h200-stall-attribution-gpu-process.signals.ndjson"
 LAYERS = ("network", "scheduler", "kernel", "driver", "gpu", "compute", "unattributed")
 # What the H200 run measured: token_stalls (gaps >= 100 ms, the probe's threshold) per (mode, dominant layer).
 # Twelve contenders time-sliced with the server add a GPU wait of 45-58 ms to a token whose own work is 47-65 ms
