@@ -29,7 +29,7 @@ python3 -c "import bcc, pynvml, gpuslo.probes.tokens, gpuslo.probes.attribution.
     || exit 13
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv
 lscpu -e=CPU,CORE,SOCKET,NODE | head -20
-step "overhead A/B, then GPU contention from other processes"
+step "GPU contention from other processes, then the overhead A/B"
 PYTHONUNBUFFERED=1 python3 scripts/gpu_overhead_contention.py --out "$out" --until $(( t0 + run_s - 15 )) "$@"
 rc=$?
 uptime
