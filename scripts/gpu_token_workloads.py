@@ -325,7 +325,7 @@ def serve(args: argparse.Namespace) -> None:
     generator = Generator(model, args.device)
     warm = "".join(generator.stream("warm-up", 8))  # first-call kernels and cuBLAS handles, outside any timing
     reporter = None
-    if args.device == "cuda":
+    if args.device == "cuda" and args.gpuslo:  # --gpuslo '': no allocator reporter (the overhead runs)
         from gpuslo.probes import torch_allocator
 
         # Interval 1 s and a snapshot each tick, so every fragmented state between requests is seen.

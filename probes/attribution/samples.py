@@ -58,7 +58,7 @@ class CudaSamples:
     """feed(t, pid, tid, ip) per sample; closed() → the finished cuda_cpu spans; open() → those still growing."""
 
     def __init__(self, hz: float, proc: str = "/proc", symbol: Callable[[int, int], str] | None = None):
-        self.period_ns = int(1e9 / hz)
+        self.period_ns = int(1e9 / hz) if hz > 0 else 0  # 0 Hz: no sampler, so never fed
         self.proc = proc
         self.symbol = symbol
         self._maps: dict[int, list[tuple[int, int, str]]] = {}

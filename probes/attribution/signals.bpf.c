@@ -180,6 +180,15 @@ static __always_inline void at_oncpu_out(u32 prev, u32 tgid, u64 now)
     oncpu.update(&prev, &fresh);
 }
 
+/* A serving thread seen running (at a system call or an on-CPU sample) with no slice open: it got the CPU before
+ * it was watched (watch() after its start) or before it took the serving name (prctl(PR_SET_NAME) mid-slice), so
+ * sched_switch never opened its slice. It opens now; without this a thread that keeps its CPU (an idle core, a
+ * busy loop) would have no on-CPU time until its first switch out and in. */
+static __always_inline void at_running(u32 tid, u64 now)
+{
+    switched_in.lookup_or_try_init(&tid, &now);
+}
+
 TRACEPOINT_PROBE(sched, sched_switch)
 {
     u64 now = bpf_ktime_get_ns();
@@ -231,6 +240,7 @@ TRACEPOINT_PROBE(raw_syscalls, sys_enter)
     if (!tgid || !at_comm_self())
         return 0;
     u64 now = bpf_ktime_get_ns();
+    at_running(tid, now);
     long nr = args->id;
     if (nr == 44 || nr == 46) { /* sendto, sendmsg: Python's socket.send; a send gap is the server's stall */
         u64 *last = last_send.lookup(&tid);
@@ -364,6 +374,7 @@ int at_sample(struct bpf_perf_event_data *ctx)
     u32 *tgid = watched_tids.lookup(&tid);
     if (!tgid || !at_comm_self())
         return 0;
+    at_running(tid, bpf_ktime_get_ns());
     u64 stack[4] = {};
     if (bpf_get_stack(ctx, stack, sizeof(stack), BPF_F_USER_STACK) <= 0)
         return 0;

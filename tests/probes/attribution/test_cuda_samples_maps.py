@@ -42,3 +42,13 @@ def test_a_frame_is_found_in_its_mapping_and_a_miss_rereads_at_most_once_per_ref
 
 def test_a_process_that_is_gone_has_no_mappings(tmp_path: Path):
     assert CudaSamples(199.0, proc=str(tmp_path)).module(7, 0x7F0000000010) == ""
+
+
+def test_a_collector_without_sampling_can_be_made():
+    """sample_hz=0 turns the perf-event sampler off (the overhead runs toggle it); the sample spans stay empty."""
+    from gpuslo.probes.attribution.collector import Collector
+    from gpuslo.probes.ebpf.libraries import LibrarySet
+
+    collector = Collector(LibrarySet(), sample_hz=0)
+    assert collector.cuda_samples.period_ns == 0
+    assert collector.cuda_samples.open() == [] and collector.cuda_samples.closed() == []
