@@ -29,7 +29,7 @@ from gpuslo.probes.logs.patterns import NEW_RECORD, Family
 # branch at every occurrence of its first byte. No word is a prefix of another.
 TRIGGER_WORDS: tuple[bytes, ...] = (
     b"UDA", b"UBLAS", b"UDNN_", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
-    b"'s watchdog", b"G status", b"Heartbeat", b"HC", b"L error", b"L WARN", b"L communicator", b"L operation",
+    b"'s watchdog", b"G status", b"Heartbeat", b"THC", b"L error", b"L WARN", b"L communicator", b"L operation",
     b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
