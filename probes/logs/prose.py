@@ -18,6 +18,9 @@ from gpuslo.probes.logs.prefixes import Line
 _STRUCTURED_HEAD = re.compile(
     r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
     r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
+    r"|\bterminated with exception:"
+    r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
+    r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
     r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:"
     r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
@@ -35,13 +38,22 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*•]\s|\|\s|\d+\.\s+\S)")
 _ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STATUS_\w+|\bDCGM_FR_\w+"
                           r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
+_SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
+# first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
+_NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
+                        r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
+                        r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
     """True when the family's start token at `line.text[start:end]` sits in prose rather than in a log line."""
+    if _SOURCE_LINE.match(line.text):
+        return True  # a traceback's source line (`raise RuntimeError(f"NCCL error: {error_str}")`), prefix or not
     if line.text != line.raw.rstrip("\r\n"):
         return False  # the normaliser stripped a log prefix: a log line
     text = line.text
+    if _NARRATIVE.search(text):
+        return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
@@ -72,7 +84,8 @@ def _quoted_exception(before: str) -> bool:
     return bool(_SENTENCE_START.fullmatch(before)) and len(_WORD.findall(before)) >= 2
 
 
-_OPENING_QUOTE = re.compile(r"(?:^|(?<=[\s(\[:=,]))[\"`]")  # a quote after a space or an opener opens
+# a quote after a space or an opener opens; after `=` it is a logfmt value (`condition="..."`), not a quotation
+_OPENING_QUOTE = re.compile(r"(?:^|(?<=[\s(\[:,]))[\"`]")
 
 
 def _open_quote(head: str) -> bool:
