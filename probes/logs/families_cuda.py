@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _gpu_any, _int, _size
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _first_rank, _gpu_any, _int, _size
 from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, cuda_status, find_status, status_for_code
 
 # ---- CUDA status strings --------------------------------------------------------------------------------
@@ -29,6 +29,9 @@ _CUDA_TEXT = re.compile(
     # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
     r"|CUDA error (?P<num>\d+)(?: \[[^\]]*\]| at [^\s:]+:\d+)?:\s*(?P<numtext>[^\n]+)"
     r"|CUDA failure (?P<ortnum>\d+): (?P<orttext>[^;\n]+)"  # ONNX Runtime: "CUDA failure 906: <text> ; GPU=0 ;"
+    r"|CUDNN failure (?P<cudnnnum>\d+): (?P<cudnntext>[^;\n]+)"  # ... and "CUDNN failure 4000: <text> ; GPU=0 ;"
+    # a CUresult number: torch_memory_saver's "CUresult error  result=2 file=... func=cu_mem_create"
+    r"|CUresult error\s+result=(?P<curesult>\d+)"
     r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
     r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
@@ -43,7 +46,7 @@ _API = re.compile(
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver", "init",
-           "initnum")
+           "initnum", "curesult")
 
 
 def _api(text: str) -> str | None:
@@ -61,6 +64,12 @@ def _cuda(text: str) -> Found | None:
     if not match:
         return None
     api_name = _api(text)
+    if match.group("cudnnnum"):  # cudnnStatus_t numbers differ between cuDNN 8 and 9: the number, no name
+        return Found("cuda_error", _clean({"error_code": int(match.group("cudnnnum")), "api": api_name or "cudnn"}),
+                     gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if match.group("curesult"):
+        api = re.search(r"func=(\w+)", text)
+        api_name = api.group(1) if api else api_name
     if match.group("cublas"):
         status = match.group("cublas")
         if status == "SUCCESS":
@@ -73,7 +82,7 @@ def _cuda(text: str) -> Found | None:
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
-              or match.group("initnum"))
+              or match.group("initnum") or match.group("curesult"))
     if code is None and number:
         name, code = status_for_code(int(number)) or (name, int(number))
     if name.startswith("CUBLAS_STATUS_"):
@@ -83,7 +92,7 @@ def _cuda(text: str) -> Found | None:
     kind = _kind_for(code)
     requested = _oom_bytes(text) if kind == "cuda_oom" else None
     return Found(kind, _clean({"error_name": name, "error_code": code, "api": api_name,
-                               "requested_bytes": requested}), gpu=_cuda_gpu(text))
+                               "requested_bytes": requested}), gpu=_cuda_gpu(text), rank=_first_rank(text))
 
 
 def _oom_bytes(text: str) -> int | None:
@@ -93,7 +102,13 @@ def _oom_bytes(text: str) -> int | None:
 
 def _cuda_or_cublas(text: str) -> Found | None:
     cublas = re.search(r"CUBLAS_STATUS_[A-Z_]+", text)
-    return _cuda(cublas.group(0) + " " + text[cublas.end():]) if cublas else _cuda(text)
+    if not cublas:
+        return _cuda(text)
+    found = _cuda(cublas.group(0) + " " + text[cublas.end():])
+    api = _api(text)  # the call may come before the status: "CUDA runtime error in cublasSetWorkspace(...): CUBLAS_..."
+    if found is None or "api" in found.attrs or api is None:
+        return found
+    return Found(found.kind, {**found.attrs, "api": api}, gpu=found.gpu, rank=_first_rank(text))
 
 
 def _graph(text: str) -> Found:
@@ -108,7 +123,8 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     # ggml follows its "CUDA error: ..." with "  current device: N, in function ..." and the failed call
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
-                             r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:"
+                             r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
+                             r"|CUresult error\s+result=\d"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
@@ -203,7 +219,8 @@ def _kv_capacity(text: str) -> Found:
 def _alloc_failed(text: str) -> Found:
     """llama.cpp/ggml ("allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory", "failed to
     allocate CUDA0 buffer of size N"), TensorRT ("Requested amount of GPU memory (N bytes) could not be
-    allocated"), Triton ("Failed to allocate CUDA memory with byte size N on GPU 0")."""
+    allocated"), Triton ("Failed to allocate CUDA memory with byte size N on GPU 0"), ONNX Runtime's BFCArena
+    ("Failed to allocate memory for requested buffer of size N")."""
     requested = _first(_size(r"allocating\s*(?:SIZE)", text), _int(r"buffer\s*of\s*size\s*(\d+)", text),
                        _int(r"GPU\s*memory\s*\((\d+)\s*bytes\)", text), _int(r"byte\s*size\s*(\d+)", text))
     gpu = _first(_int(r"on\s*device\s*(\d+)", text), _int(r"\bCUDA(\d+)\s*buffer", text),
@@ -226,7 +243,10 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
            accept=_c(r"^\s*(?:Try to allocate \d+ tokens|Avail?able tokens:)")),
     Family("alloc_failed", _c(r"cudaMalloc failed: out of memory|failed to allocate CUDA\d* buffer of size \d"
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
-                              r"|Failed to allocate CUDA memory with byte size \d"), _alloc_failed),
+                              r"|Failed to allocate CUDA memory with byte size \d"
+                              # ONNX Runtime's arena (the CUDA provider's device memory)
+                              r"|BFCArena::AllocateRawInternal\(.{0,160}\) Failed to allocate memory for requested "
+                              r"buffer of size \d"), _alloc_failed),
 )
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("capture_generic", _c(r"CUDA graph capture on the stream has failed|[Ff]ailed to end stream capture"
