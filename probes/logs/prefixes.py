@@ -170,10 +170,19 @@ _GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]
                            r"(?:cpp|cc|cu|h|hpp|py):\d+\] )")
 
 
+def _inline_code(part: str) -> list[str]:
+    at = part.find("`")
+    if at < 0 or not any(p.match(part, at + 1) for p in _PREFIXES):
+        return [part]
+    return [part[:at], part[at + 1:]] if part[:at].strip() else [part[at + 1:]]
+
+
 def segments(raw: str) -> list[str]:
     """Split a physical line into the records it holds: progress bars redraw with `\\r` and a message may follow;
     a paste that lost its newlines glues glog records together."""
     parts = raw.split("\r") if "\r" in raw else [raw]
     if "] " in raw:
         parts = [piece for part in parts for piece in _GLUED_RECORD.split(part)]
+    if "`" in raw:  # a paste that opens inline code at a log record: "error log `H100-2:1:2 [1] ... NCCL WARN ..."
+        parts = [piece for part in parts for piece in _inline_code(part)]
     return [part for part in parts if part.strip()] if len(parts) > 1 else parts

@@ -22,8 +22,10 @@ _STRUCTURED_HEAD = re.compile(
     r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
     r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
-    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:"
     r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
+# weaker marks of structure, which a long sentence can also hold ("... nvidia-smi outputs the following error: ...")
+_WEAK_HEAD = re.compile(r"=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:")
+LONG_SENTENCE = 8  # plain words in front of the token that outweigh a weak mark
 # an exception head ("torch.distributed.DistBackendError: "), which a sentence may quote: "The error message X: ..."
 _EXCEPTION_HEAD = re.compile(r"(?:^|\s)[\w.]*(?:Error|Exception)\b:")
 _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers and names have capitals or _)
@@ -39,6 +41,8 @@ _ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STAT
                           r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
+_JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
+_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
                         r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
@@ -54,14 +58,19 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     text = line.text
     if _NARRATIVE.search(text):
         return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
+    if _JSON_RECORD.match(text):
+        return False  # a JSON log record: its quotes are syntax, not a quotation
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _CJK.search(head):
+        return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
         return True  # a list of error names
     if _CODE_HEAD.search(head):
         return True  # source code: a case label, a comparison, an enum
-    structured = bool(_STRUCTURED_HEAD.search(head))
+    structured = bool(_STRUCTURED_HEAD.search(head)) or (
+        bool(_WEAK_HEAD.search(head)) and len(_WORD.findall(head)) < LONG_SENTENCE)
     exception = _EXCEPTION_HEAD.search(head)
     if exception and _quoted_exception(head[:exception.start()]):
         return True  # "The error message torch...DistBackendError: ... indicates": a message a sentence quotes
