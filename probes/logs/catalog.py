@@ -36,7 +36,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
     b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
     b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
-    b"UDNN failure", b"NV_ERR_",
+    b"UDNN failure", b"NV_ERR_", b"Unable to determine the device",
 )
 
 
@@ -64,6 +64,7 @@ def _families() -> tuple[Family, ...]:
 _NEEDS: dict[str, tuple[str, ...]] = {
     "capture_failed": ("apture cuda graph failed",), "nvrm_xid": ("NVRM: Xid",),
     "fallen_off_bus": ("fallen off the bus", "GPU is lost"), "nvrm_gpu_lost": ("NVRM: The NVIDIA GPU",),
+    "device_handle": ("device handle for GPU",),
     "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
     "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
     "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),
@@ -83,7 +84,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "kv_capacity": ("stored in KV cache", "Not enough memory", "Error: Prefill out of memory",
                     "Error: Decode out of memory", "_slots runs out of memory"),
     "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
-                     "Failed to allocate CUDA memory", "BFCArena::AllocateRawInternal"),
+                     "Failed to allocate CUDA memory", "BFCArena::AllocateRawInternal", "OutOfMemory (Requested size"),
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
     "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),

@@ -33,6 +33,10 @@ _CUDA_TEXT = re.compile(
     # a CUresult number: torch_memory_saver's "CUresult error  result=2 file=... func=cu_mem_create"
     r"|CUresult error\s+result=(?P<curesult>\d+)"
     r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
+    # TensorRT 7/8: "safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)"
+    r"|Cuda Error in [\w:]+: (?P<trtnum>\d+) \((?P<trttext>[^)\n]+)\)"
+    # Torch-TensorRT: "Unable to read CUDA capable devices. Return status: 35"
+    r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
     r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
     # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
@@ -45,8 +49,8 @@ _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
-_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver", "init",
-           "initnum", "curesult")
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
+           "initnum", "curesult", "rsnum")
 
 
 def _api(text: str) -> str | None:
@@ -82,7 +86,7 @@ def _cuda(text: str) -> Found | None:
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
-              or match.group("initnum") or match.group("curesult"))
+              or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum"))
     if code is None and number:
         name, code = status_for_code(int(number)) or (name, int(number))
     if name.startswith("CUBLAS_STATUS_"):
@@ -124,7 +128,8 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
                              r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
-                             r"|CUresult error\s+result=\d"
+                             r"|CUresult error\s+result=\d|Cuda Error in [\w:]+: \d+ \("
+                             r"|Unable to read CUDA capable devices\. Return status: \d"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
@@ -220,8 +225,10 @@ def _alloc_failed(text: str) -> Found:
     """llama.cpp/ggml ("allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory", "failed to
     allocate CUDA0 buffer of size N"), TensorRT ("Requested amount of GPU memory (N bytes) could not be
     allocated"), Triton ("Failed to allocate CUDA memory with byte size N on GPU 0"), ONNX Runtime's BFCArena
-    ("Failed to allocate memory for requested buffer of size N")."""
+    ("Failed to allocate memory for requested buffer of size N"), TensorRT 10's builder ("OutOfMemory (Requested
+    size was N bytes.)")."""
     requested = _first(_size(r"allocating\s*(?:SIZE)", text), _int(r"buffer\s*of\s*size\s*(\d+)", text),
+                       _int(r"Requested\s*size\s*was\s*(\d+)\s*bytes", text),
                        _int(r"GPU\s*memory\s*\((\d+)\s*bytes\)", text), _int(r"byte\s*size\s*(\d+)", text))
     gpu = _first(_int(r"on\s*device\s*(\d+)", text), _int(r"\bCUDA(\d+)\s*buffer", text),
                  _int(r"on\s*GPU\s*(\d+)", text), _gpu_any(text))
@@ -246,7 +253,9 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                               r"|Failed to allocate CUDA memory with byte size \d"
                               # ONNX Runtime's arena (the CUDA provider's device memory)
                               r"|BFCArena::AllocateRawInternal\(.{0,160}\) Failed to allocate memory for requested "
-                              r"buffer of size \d"), _alloc_failed),
+                              r"buffer of size \d"
+                              # TensorRT 10's builder: "Error Code 2: OutOfMemory (Requested size was N bytes.)"
+                              r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed),
 )
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("capture_generic", _c(r"CUDA graph capture on the stream has failed|[Ff]ailed to end stream capture"

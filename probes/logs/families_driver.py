@@ -32,8 +32,22 @@ def _gpu_lost_block(text: str) -> Found | None:
     return _fallen_off(text) if re.search(r"fallen\s*off\s*the\s*bus", text) else None
 
 
+def _device_handle(text: str) -> Found | None:
+    """nvidia-smi/NVML: "Unable to determine the device handle for GPU 0000:0B:00.0: GPU is lost. Reboot the system
+    to recover this GPU" (the driver's Xid 79) or "...: Unknown Error" (the GPU no longer answers NVML)."""
+    match = re.search(r"device handle for GPU\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[.\d]*:\s*(.*)", text)
+    if not match:
+        return None
+    if match.group(2).startswith("GPU is lost"):
+        return Found("gpu_xid", {"xid": 79, "pci_bus": _pci(match.group(1)),
+                                 "detail": "GPU is lost (nvidia-smi; no Xid number in the log)"})
+    return Found("gpu_fault", _clean({"fault": "gpu_inaccessible", "pci_bus": _pci(match.group(1)),
+                                      "detail": match.group(2).strip()[:1024] or None}))
+
+
 XID_FAMILIES: tuple[Family, ...] = (
     Family("nvrm_xid", _c(r"NVRM: Xid \("), _xid),
+    Family("device_handle", _c(r"Unable to determine the device handle for GPU\s*[0-9a-fA-F]{4,8}:"), _device_handle),
     Family("fallen_off_bus", _c(r"(?:GPU has|has) fallen off the bus|: GPU is lost\b"), _fallen_off),
     # recent drivers split the sentence over "NVRM: " lines (dmesg indents them; journald prefixes each)
     Family("nvrm_gpu_lost", _c(r"NVRM: The NVIDIA GPU [0-9a-fA-F]{4,8}:"), _gpu_lost_block,

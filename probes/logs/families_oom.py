@@ -86,6 +86,7 @@ OOM_FAMILIES: tuple[Family, ...] = (
                          r"|ran out of memory trying to allocate"), _xla_oom),
     Family("vllm_kv_cache", _c(r"No available memory for the cache blocks|KV cache is needed"), _vllm_kv,
            complete=_c(r"engine|max_model_len"), max_lines=4),
+    # the "Memory on the node ... was 54.86GB / 57.60GB" line may follow after a blank line
     Family("ray_oom", _c(r"OutOfMemoryError: Task was killed"), _ray_oom,
-           complete=_c(r"threshold"), max_lines=4),
+           complete=_c(r"threshold"), max_lines=4, accept=_c(r"Memory on the node|threshold"), strict=True),
 )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from corpus import SPLITS, load
+from corpus import REPORTED, load
 from logprobe_helpers import FIXTURES, fixture_bytes
 
 from gpuslo.probes.logs.catalog import FAMILIES, _Candidates, candidates
@@ -12,7 +12,7 @@ from gpuslo.probes.logs.prefixes import normalise
 
 def _lines() -> list[str]:
     texts = [fixture_bytes(p.name).decode("utf-8", "replace") for p in sorted(FIXTURES.glob("*.log"))]
-    texts += [case.text for split in SPLITS for case in load(split)]
+    texts += [case.text for split in REPORTED for case in load(split)]
     return [normalise(line).text for text in texts for line in text.splitlines()]
 
 
