@@ -36,7 +36,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
     b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
     b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
-    b"UDNN failure", b"NV_ERR_", b"Unable to determine the device",
+    b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
+    b"Free memory on device",
 )
 
 
@@ -88,6 +89,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
     "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
+    "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
+    "startup_free_memory": ("Free memory on device",),
     "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error", "CUDNN failure",
                     "CUresult error"),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
