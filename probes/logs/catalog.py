@@ -37,7 +37,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
     b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
     b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
-    b"Free memory on device",
+    b"Free memory on device", b"Internal: unable to create",
 )
 
 
@@ -92,7 +92,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
     "startup_free_memory": ("Free memory on device",),
     "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error", "CUDNN failure",
-                    "CUresult error"),
+                    "CUresult error", "Internal: unable to create"),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
     "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
                         "stream capture "),

@@ -37,6 +37,8 @@ _CUDA_TEXT = re.compile(
     r"|Cuda Error in [\w:]+: (?P<trtnum>\d+) \((?P<trttext>[^)\n]+)\)"
     # Torch-TensorRT: "Unable to read CUDA capable devices. Return status: 35"
     r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
+    # Triton: "Internal: unable to create stream: operation not supported" (a cudaGetErrorString text, or nothing)
+    r"|[Uu]nable to create (?:CUDA )?stream: (?P<stream>[^\n]+)"
     r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
     # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
@@ -50,7 +52,7 @@ _API = re.compile(
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
-           "initnum", "curesult", "rsnum")
+           "initnum", "curesult", "rsnum", "stream")
 
 
 def _api(text: str) -> str | None:
@@ -83,6 +85,8 @@ def _cuda(text: str) -> Found | None:
                      gpu=_cuda_gpu(text))
     stated = next(match.group(g) for g in _STATED if match.group(g))
     name, code = cuda_status(stated)
+    if match.group("stream") and code is None:
+        return None  # "unable to create stream: <something that is not a CUDA status>"
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
@@ -130,6 +134,7 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
                              r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
                              r"|CUresult error\s+result=\d|Cuda Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
+                             r"|Internal: unable to create (?:CUDA )?stream: \w"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
