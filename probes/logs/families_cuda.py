@@ -39,7 +39,8 @@ _CUDA_TEXT = re.compile(
     r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
     # Triton: "Internal: unable to create stream: operation not supported" (a cudaGetErrorString text, or nothing)
     r"|[Uu]nable to create (?:CUDA )?stream: (?P<stream>[^\n]+)"
-    r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
+    # TensorRT-LLM (a terminal may wrap the call's arguments: "...(ptr, n, mCudaSt\nream->get()): out of memory")
+    r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\((?:.|\n)*?\): (?P<trtllm>[^\n(]+)"
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
     # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
     # initialization failure with error 35"
@@ -49,6 +50,7 @@ _CUDA_TEXT = re.compile(
     r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
+    r"|failed call to (cu\w+)"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
@@ -62,7 +64,7 @@ def _api(text: str) -> str | None:
 
 def _cuda_gpu(text: str) -> int | None:
     return _first(_int(r"current\s*device:\s*(\d+)", text), _int(r"\bGPU=(\d+)", text),
-                  _int(r"\bon\s*device\s*(\d+)", text))
+                  _int(r"\bon\s*device\s*(\d+)", text), _int(r"\bdevice\s*ordinal\s*(\d+)", text))
 
 
 def _cuda(text: str) -> Found | None:
@@ -137,8 +139,9 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
                              r"|Internal: unable to create (?:CUDA )?stream: \w"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
-           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
-           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
+           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "),
+           max_lines=3, joiner="\n",
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): ")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),
 )
@@ -242,6 +245,12 @@ def _alloc_failed(text: str) -> Found:
                                      "error_name": "cudaErrorMemoryAllocation", "error_code": 2}), gpu=gpu)
 
 
+def _executor_memory(text: str) -> Found:
+    """TensorRT-LLM: "Failed to initialize executor on rank 1: Executor creation failed due to insufficient GPU
+    memory." (the component that could not be created follows)."""
+    return Found("cuda_oom", {"error_name": "InsufficientGPUMemory"}, rank=_first_rank(text))
+
+
 CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("cudnn_status", _c(r"\bCUDNN_STATUS_(?!SUCCESS)[A-Z]"), _cudnn),
     Family("device_assert", _c(r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"), _device_assert),
@@ -253,6 +262,7 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                              r"|\w*Error: \w+_slots runs out of memory"), _kv_capacity,
            complete=_c(r"[Aa]vailable\s*tokens:\s*\d"), max_lines=3,
            accept=_c(r"^\s*(?:Try to allocate \d+ tokens|Avail?able tokens:)")),
+    # "allocating N MiB on device 0: cudaMalloc failed" and the next line's "failed to allocate CUDA0 buffer of size"
     Family("alloc_failed", _c(r"cudaMalloc failed: out of memory|failed to allocate CUDA\d* buffer of size \d"
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
                               r"|Failed to allocate CUDA memory with byte size \d"
@@ -260,7 +270,11 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                               r"|BFCArena::AllocateRawInternal\(.{0,160}\) Failed to allocate memory for requested "
                               r"buffer of size \d"
                               # TensorRT 10's builder: "Error Code 2: OutOfMemory (Requested size was N bytes.)"
-                              r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed),
+                              r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed,
+           complete=_c(r"failed to allocate CUDA\d* buffer of size \d|Requested size|could not be allocated|byte size"
+                       r"|requested buffer of size"),
+           max_lines=2, accept=_c(r"failed to allocate CUDA\d* buffer of size \d")),
+    Family("executor_memory", _c(r"Executor creation failed due to insufficient GPU memory"), _executor_memory),
 )
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("capture_generic", _c(r"CUDA graph capture on the stream has failed|[Ff]ailed to end stream capture"
