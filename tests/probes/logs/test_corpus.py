@@ -11,7 +11,8 @@ from gpuslo.engine.events import parse_event
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
 
 CASES = [case for split in SPLITS for case in load(split)]
-HELDOUT3 = load("heldout3")  # tuned after its first run (heldout3-first-run.txt): now held to exact events too
+# tuned after their first runs (heldout3-first-run.txt, heldout4-first-run.txt): now held to exact events too
+HELDOUT3 = load("heldout3") + load("heldout4")
 
 
 def test_the_corpus_has_a_hundred_incident_excerpts_with_sources_and_look_alikes():
@@ -20,10 +21,13 @@ def test_the_corpus_has_a_hundred_incident_excerpts_with_sources_and_look_alikes
     assert all("#" in c.source or c.source.startswith("https://") for c in CASES)
 
 
-def test_the_third_held_out_split_names_sources_none_of_the_earlier_splits_has():
+def test_the_third_and_fourth_held_out_splits_name_sources_no_earlier_split_has():
     earlier = {c.source for split in ("tune", "heldout", "heldout2", "heldout-nan") for c in load(split)}
-    assert len([c for c in HELDOUT3 if not c.lookalike]) >= 40
-    assert not {c.source for c in HELDOUT3} & earlier
+    heldout3, heldout4 = load("heldout3"), load("heldout4")
+    assert len([c for c in heldout3 if not c.lookalike]) >= 40
+    assert not {c.source for c in heldout3} & earlier
+    later = earlier | {c.source for split in ("heldout3", "tune-h15b") for c in load(split)}
+    assert not {c.source for c in heldout4} & later
 
 
 @pytest.mark.parametrize("case", CASES + HELDOUT3, ids=lambda c: f"{c.split}:{c.name}")
