@@ -37,7 +37,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
     b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
     b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
-    b"Free memory on device", b"Internal: unable to create", b"Executor creation failed",
+    b"Free memory on device", b"Internal: unable to create", b"Executor creation failed", b"/library version mismatch",
+    b"API mismatch: the client",
 )
 
 
@@ -66,6 +67,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "capture_failed": ("apture cuda graph failed",), "nvrm_xid": ("NVRM: Xid",),
     "fallen_off_bus": ("fallen off the bus", "GPU is lost"), "nvrm_gpu_lost": ("NVRM: The NVIDIA GPU",),
     "device_handle": ("device handle for GPU",), "executor_memory": ("Executor creation failed",),
+    "version_mismatch": ("library version mismatch", "API mismatch: the client"),
     "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
     "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
     "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),

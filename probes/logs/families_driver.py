@@ -201,6 +201,13 @@ def _dcgm_diag_fail(text: str) -> Found | None:
                  gpu=int(match.group(2)))
 
 
+def _version_mismatch(text: str) -> Found:
+    """The user-space driver and the kernel module disagree, so no CUDA/NVML client starts: "nvidia-container-cli:
+    initialization error: nvml error: driver/library version mismatch", nvidia-smi's "Failed to initialize NVML:
+    Driver/library version mismatch", dmesg's "NVRM: API mismatch: the client has the version X, but ..."."""
+    return Found("gpu_fault", {"fault": "driver_version_mismatch", "detail": text.strip()[:1024]})
+
+
 DRIVER_FAMILIES: tuple[Family, ...] = (
     Family("gsp_timeout", _c(r"NVRM: (?:GPU\d+ )?_kgspLogXid119\b"), _gsp_banner, complete=_c(r"NVRM: Xid \("),
            max_lines=6, joiner="\n", accept=_c(r"^\s*NVRM: "), strict=True),
@@ -219,6 +226,9 @@ DRIVER_FAMILIES: tuple[Family, ...] = (
            _memory),
     Family("nv_status", _c(r"NVRM: .{0,200}\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST|ECC_ERROR|GPU_IN_FULLCHIP_RESET)\]"),
            _nv_status),
+    Family("version_mismatch", _c(r"Failed to initialize NVML: Driver/library version mismatch"
+                                  r"|nvml error: driver/library version mismatch|NVRM: API mismatch: the client has"),
+           _version_mismatch),
     Family("nvswitch_sxid", _c(r"SXid \((?:PCI:)?[0-9a-fA-F]"), _sxid),
     Family("fm_nvswitch", _c(r"detected NVSwitch (?:non-)?fatal error \d+"), _fm_nvswitch),
     Family("fm_failed", _c(r"request to query NVSwitch device information from NVSwitch driver failed"
