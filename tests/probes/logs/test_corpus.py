@@ -28,6 +28,7 @@ def test_the_third_and_fourth_held_out_splits_name_sources_no_earlier_split_has(
     assert not {c.source for c in heldout3} & earlier
     later = earlier | {c.source for split in ("heldout3", "tune-h15b") for c in load(split)}
     assert not {c.source for c in heldout4} & later
+    assert not {c.source for c in load("heldout5")} & (later | {c.source for c in heldout4})
 
 
 @pytest.mark.parametrize("case", CASES + HELDOUT3, ids=lambda c: f"{c.split}:{c.name}")
@@ -47,7 +48,7 @@ def test_the_second_held_out_split_meets_the_bar():
     assert result["false_positives"] * 20 <= result["lookalikes"], result["failing"]
 
 
-@pytest.mark.parametrize("case", CASES + load("heldout2") + load("heldout-nan") + HELDOUT3,
+@pytest.mark.parametrize("case", CASES + load("heldout2") + load("heldout-nan") + HELDOUT3 + load("heldout5"),
                          ids=lambda c: f"{c.split}:{c.name}")
 def test_fast_scan_matches_line_by_line(case):
     data = case.text.encode() if case.text.endswith("\n") else case.text.encode() + b"\n"
