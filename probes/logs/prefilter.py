@@ -18,7 +18,7 @@ except ImportError:  # a platform without a wheel: the regex engine finds the sa
     ahocorasick_rs = None  # type: ignore[assignment]
 
 Engine = Literal["auto", "automaton", "regex"]
-_GROUP = 28  # words per automaton (two for up to 56 words: three measured slower)
+_GROUP = 32  # words per automaton (two for up to 64 words: three or four measured slower)
 
 
 class Prefilter:
@@ -32,7 +32,7 @@ class Prefilter:
         # leftmost-first is the regex's own semantics, and only leftmost kinds get the crate's SIMD prefilter
         # (standard matching measured 8x slower on bench/logs.py)
         leftmost = ahocorasick_rs.MatchKind.LeftmostFirst if ahocorasick_rs is not None else None
-        # Two automata of ~25 words each read a chunk faster than one of 51 (20 vs 38 ms over bench/logs.py's
+        # Two automata of ~29 words each read a chunk faster than one of 58 (22-24 vs 53-59 ms over bench/logs.py's
         # 100 MB): the SIMD prefilter puts fewer words in each of its buckets, so fewer false candidates.
         groups = -(-len(words) // _GROUP)
         size = -(-len(words) // groups) if words else 1
