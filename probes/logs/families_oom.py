@@ -87,7 +87,8 @@ def _kv_alloc(text: str) -> Found:
 def _startup_free(text: str) -> Found:
     """vLLM: "Free memory on device (67.24/79.25 GiB) on startup is less than desired GPU memory utilization (0.9,
     71.33 GiB)": the engine refuses to start."""
-    match = re.search(r"Free\s*memory\s*on\s*device\s*\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*([KMGT]i?B)\)", text)
+    match = re.search(r"Free\s*memory\s*on\s*device(?:\s*[\w:]+)?\s*\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*"
+                      r"([KMGT]i?B)\)", text)
     free, total = (to_bytes(match.group(1), match.group(3)), to_bytes(match.group(2), match.group(3))) if match \
         else (None, None)
     return Found("cuda_oom", _clean({"free_bytes": free, "total_bytes": total, "error_name": "InsufficientFreeMemory"}))
@@ -105,8 +106,8 @@ OOM_FAMILIES: tuple[Family, ...] = (
            complete=_c(r"engine|max_model_len"), max_lines=4),
     Family("kv_alloc_insufficient", _c(r"Insufficient GPU memory for KVCache allocation"), _kv_alloc,
            complete=_c(r"Required:\s*\d"), max_lines=2, accept=_c(r"^\s*Available:")),
-    Family("startup_free_memory", _c(r"Free memory on device \([\d.]+/[\d.]+ ?[KMGT]i?B\) on startup is less than "
-                                     r"desired GPU memory utilization"), _startup_free),
+    Family("startup_free_memory", _c(r"Free memory on device(?: [\w:]+)? \([\d.]+/[\d.]+ ?[KMGT]i?B\) on startup is "
+                                     r"less than desired GPU memory utilization"), _startup_free),
     # the "Memory on the node ... was 54.86GB / 57.60GB" line may follow after a blank line
     Family("ray_oom", _c(r"OutOfMemoryError: Task was killed"), _ray_oom,
            complete=_c(r"threshold"), max_lines=4, accept=_c(r"Memory on the node|threshold"), strict=True),

@@ -42,6 +42,7 @@ _ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STAT
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
+_SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -58,6 +59,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     text = line.text
     if _NARRATIVE.search(text):
         return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
+    if _SETTING.match(text):
+        return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
     if _JSON_RECORD.match(text):
         return False  # a JSON log record: its quotes are syntax, not a quotation
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
