@@ -12,7 +12,7 @@ from gpuslo.probes.logs.parser import LogParser, ParserSettings
 
 CASES = [case for split in SPLITS for case in load(split)]
 # tuned after their first runs (heldout3-first-run.txt, heldout4-first-run.txt): now held to exact events too
-HELDOUT3 = load("heldout3") + load("heldout4")
+HELDOUT3 = load("heldout3") + load("heldout4") + load("heldout6")
 
 
 def test_the_corpus_has_a_hundred_incident_excerpts_with_sources_and_look_alikes():
@@ -29,6 +29,8 @@ def test_the_third_and_fourth_held_out_splits_name_sources_no_earlier_split_has(
     later = earlier | {c.source for split in ("heldout3", "tune-h15b") for c in load(split)}
     assert not {c.source for c in heldout4} & later
     assert not {c.source for c in load("heldout5")} & (later | {c.source for c in heldout4})
+    assert not {c.source for c in load("heldout6")} & (later | {c.source for s in ("heldout4", "heldout5")
+                                                               for c in load(s)})
 
 
 @pytest.mark.parametrize("case", CASES + HELDOUT3, ids=lambda c: f"{c.split}:{c.name}")
