@@ -91,9 +91,14 @@ def is_prose(line: Line, start: int, end: int) -> bool:
 _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
 
 
+_ARTICLES = frozenset({"the", "this", "that", "a", "an"})
+
+
 def _quoted_exception(before: str) -> bool:
-    """Only plain words in front of an exception head ("The error message X: ..."): a sentence that quotes it."""
-    return bool(_SENTENCE_START.fullmatch(before)) and len(_WORD.findall(before)) >= 2
+    """Only plain words in front of an exception head ("The error message X: ..."), or an article ("The
+    RuntimeError: CUDA error: ... is a common issue"): a sentence that quotes it."""
+    return bool(_SENTENCE_START.fullmatch(before)) and (
+        len(_WORD.findall(before)) >= 2 or before.strip().lower() in _ARTICLES)
 
 
 # a quote after a space or an opener opens; after `=` it is a logfmt value (`condition="..."`), not a quotation
