@@ -43,6 +43,10 @@ PLAIN_WORDS = 4  # this many plain words in front of the token, with no log stru
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
+_PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b")  # a number written as a placeholder: XX.XX
+# a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
+_QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"
+                                    r"appears|shows)\b")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -61,6 +65,10 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
     if _SETTING.match(text):
         return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
+    if _PLACEHOLDER.search(text):
+        return True  # a template, not a log: "Tried to allocate XX.XX MiB"
+    if _QUOTED_THEN_EXPLAINED.match(text):
+        return True  # '"CUDA error: out of memory" was reported when training.'
     if _JSON_RECORD.match(text):
         return False  # a JSON log record: its quotes are syntax, not a quotation
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
