@@ -94,7 +94,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
     "startup_free_memory": ("Free memory on device",),
     "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error", "CUDNN failure",
-                    "CUresult error", "Internal: unable to create"),
+                    "CUresult error", "Internal: unable to create", "Invalid error code ("),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
     "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
                         "stream capture "),

@@ -37,6 +37,8 @@ _CUDA_TEXT = re.compile(
     r"|Cuda Error in [\w:]+: (?P<trtnum>\d+) \((?P<trttext>[^)\n]+)\)"
     # Torch-TensorRT: "Unable to read CUDA capable devices. Return status: 35"
     r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
+    # OpenMM's CUDA platform: "Error synchronizing on event for CCMA: Invalid error code (700) at .../cuda/..."
+    r"|Invalid error code \((?P<invnum>\d+)\)"
     # Triton: "Internal: unable to create stream: operation not supported" (a cudaGetErrorString text, or nothing)
     r"|[Uu]nable to create (?:CUDA )?stream: (?P<stream>[^\n]+)"
     # TensorRT-LLM (a terminal may wrap the call's arguments: "...(ptr, n, mCudaSt\nream->get()): out of memory")
@@ -50,11 +52,11 @@ _CUDA_TEXT = re.compile(
     r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
-    r"|failed call to (cu\w+)|at function (cuda\w+)\("
+    r"|failed call to (cu\w+)|at function (cuda\w+)\(|\b(cuda[A-Z]\w*)\(\)\s*error\b"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
-           "initnum", "curesult", "rsnum", "stream")
+           "initnum", "curesult", "rsnum", "stream", "invnum")
 
 
 def _api(text: str) -> str | None:
@@ -89,10 +91,13 @@ def _cuda(text: str) -> Found | None:
     name, code = cuda_status(stated)
     if match.group("stream") and code is None:
         return None  # "unable to create stream: <something that is not a CUDA status>"
+    if match.group("invnum") and "cuda" not in text.lower():
+        return None  # "Invalid error code (N)" names a CUDA status only from a CUDA platform
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
-              or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum"))
+              or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum")
+              or match.group("invnum"))
     if code is None and number:
         name, code = status_for_code(int(number)) or (name, int(number))
     if name.startswith("CUBLAS_STATUS_"):
@@ -136,7 +141,7 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
                              r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
                              r"|CUresult error\s+result=\d|Cuda Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
-                             r"|Internal: unable to create (?:CUDA )?stream: \w"
+                             r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "),

@@ -44,6 +44,8 @@ _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
 _PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b")  # a number written as a placeholder: XX.XX
+_TITLE_TAG = re.compile(r"^\s*\[(?:BUG|Bug|bug|Feature|FEATURE|Question|QUESTION|Usage|Doc|RFC|Help|help|Issue)\]")
+_DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.IGNORECASE)
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
 _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"
                                     r"appears|shows)\b")
@@ -67,6 +69,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
     if _PLACEHOLDER.search(text):
         return True  # a template, not a log: "Tried to allocate XX.XX MiB"
+    if _TITLE_TAG.match(text):
+        return True  # an issue title: "[BUG] Fix `cudaErrorIllegalAddress ...` in Q18"
     if _QUOTED_THEN_EXPLAINED.match(text):
         return True  # '"CUDA error: out of memory" was reported when training.'
     if _JSON_RECORD.match(text):
@@ -74,6 +78,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _DEFINITION_HEAD.match(head):
+        return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
     if _CJK.search(head):
         return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
