@@ -20,6 +20,7 @@ from gpuslo.probes.logs.families_loss import LOSS_FAMILIES
 from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
+from gpuslo.probes.logs.prefilter import ahocorasick_rs
 
 # The prefilter: every family's start contains one of these words, so lines without them are never parsed. Each
 # begins with a byte that is rare in ordinary log text (an upper-case letter, `_`, `'`, `-`): the automaton's
@@ -29,12 +30,15 @@ from gpuslo.probes.logs.patterns import NEW_RECORD, Family
 # branch at every occurrence of its first byte. No word is a prefix of another.
 TRIGGER_WORDS: tuple[bytes, ...] = (
     b"UDA", b"UBLAS", b"UDNN_", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
-    b"'s watchdog", b"G status", b"Heartbeat", b"HC", b"L error", b"L WARN", b"L communicator", b"L operation",
+    b"'s watchdog", b"G status", b"Heartbeat", b"THC", b"L error", b"L WARN", b"L communicator", b"L operation",
     b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
     b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
     b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
-    b"NaN", b"nan", b"Invalid loss", b"Current loss scale",
+    b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
+    b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
+    b"Free memory on device", b"Internal: unable to create", b"Executor creation failed", b"/library version mismatch",
+    b"API mismatch: the client",
 )
 
 
@@ -62,6 +66,8 @@ def _families() -> tuple[Family, ...]:
 _NEEDS: dict[str, tuple[str, ...]] = {
     "capture_failed": ("apture cuda graph failed",), "nvrm_xid": ("NVRM: Xid",),
     "fallen_off_bus": ("fallen off the bus", "GPU is lost"), "nvrm_gpu_lost": ("NVRM: The NVIDIA GPU",),
+    "device_handle": ("device handle for GPU",), "executor_memory": ("Executor creation failed",),
+    "version_mismatch": ("library version mismatch", "API mismatch: the client"),
     "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
     "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),
     "nccl_error": ("NCCL error",), "nccl_cuda_failure": ("NCCL WARN Cuda",), "nccl_warn": ("NCCL WARN",),
@@ -76,15 +82,19 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "fm_failed": ("NVSwitch device information", "fabricmanager", "fabric manager config"),
     "nvlink_down": ("NvLink link",), "device_plugin_xid": ("XidCriticalError",),
     "marked_unhealthy": ("device marked unhealthy",), "dcgm_health": ("DCGM_FR_",),
+    "nv_status": ("NV_ERR_",), "dcgm_health_watch": ("in health system",), "dcgm_diag_fail": ("Fail - GPU",),
     "cudnn_status": ("CUDNN_STATUS_",), "device_assert": ("Assertion `",),
     "kv_capacity": ("stored in KV cache", "Not enough memory", "Error: Prefill out of memory",
                     "Error: Decode out of memory", "_slots runs out of memory"),
     "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
-                     "Failed to allocate CUDA memory"),
+                     "Failed to allocate CUDA memory", "BFCArena::AllocateRawInternal", "OutOfMemory (Requested size"),
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
     "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
-    "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error"),
+    "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
+    "startup_free_memory": ("Free memory on device",),
+    "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error", "CUDNN failure",
+                    "CUresult error", "Internal: unable to create", "Invalid error code ("),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
     "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
                         "stream capture "),
@@ -102,4 +112,29 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "loss_metric_nonfinite": ("loss",),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
-__all__ = ["FAMILIES", "NEW_RECORD", "TRIGGER", "TRIGGER_WORDS"]
+
+
+class _Candidates:
+    """The families whose `needs` a line has, in catalog order: one automaton pass over the line finds every
+    literal present, instead of ~40 families testing theirs one by one (without ahocorasick-rs: the loop)."""
+
+    def __init__(self, families: tuple[Family, ...], automaton: bool = True):
+        self._families = families
+        needs = sorted({need for family in families for need in family.needs})
+        self._owners = tuple(tuple(i for i, f in enumerate(families) if need in f.needs) for need in needs)
+        self._automaton = (ahocorasick_rs.AhoCorasick(needs, matchkind=ahocorasick_rs.MatchKind.Standard)
+                           if automaton and ahocorasick_rs is not None else None)
+
+    def __call__(self, text: str) -> list[Family]:
+        if self._automaton is None:
+            return [f for f in self._families if any(need in text for need in f.needs)]
+        found = self._automaton.find_matches_as_indexes(text, overlapping=True)
+        if not found:
+            return []
+        owners = self._owners
+        return [self._families[i] for i in sorted({i for need, _, _ in found for i in owners[need]})]
+
+
+candidates = _Candidates(FAMILIES)
+"""`candidates(text)`: the families that may start on `text`; try each one's `start` in that order."""
+__all__ = ["FAMILIES", "NEW_RECORD", "TRIGGER", "TRIGGER_WORDS", "candidates"]

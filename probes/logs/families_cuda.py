@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _gpu_any, _int, _size
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _first_rank, _gpu_any, _int, _size
 from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, cuda_status, find_status, status_for_code
 
 # ---- CUDA status strings --------------------------------------------------------------------------------
@@ -29,8 +29,20 @@ _CUDA_TEXT = re.compile(
     # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
     r"|CUDA error (?P<num>\d+)(?: \[[^\]]*\]| at [^\s:]+:\d+)?:\s*(?P<numtext>[^\n]+)"
     r"|CUDA failure (?P<ortnum>\d+): (?P<orttext>[^;\n]+)"  # ONNX Runtime: "CUDA failure 906: <text> ; GPU=0 ;"
+    r"|CUDNN failure (?P<cudnnnum>\d+): (?P<cudnntext>[^;\n]+)"  # ... and "CUDNN failure 4000: <text> ; GPU=0 ;"
+    # a CUresult number: torch_memory_saver's "CUresult error  result=2 file=... func=cu_mem_create"
+    r"|CUresult error\s+result=(?P<curesult>\d+)"
     r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
-    r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\(.*?\): (?P<trtllm>[^\n(]+)"  # TensorRT-LLM
+    # TensorRT 7/8: "safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)"
+    r"|Cuda Error in [\w:]+: (?P<trtnum>\d+) \((?P<trttext>[^)\n]+)\)"
+    # Torch-TensorRT: "Unable to read CUDA capable devices. Return status: 35"
+    r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
+    # OpenMM's CUDA platform: "Error synchronizing on event for CCMA: Invalid error code (700) at .../cuda/..."
+    r"|Invalid error code \((?P<invnum>\d+)\)"
+    # Triton: "Internal: unable to create stream: operation not supported" (a cudaGetErrorString text, or nothing)
+    r"|[Uu]nable to create (?:CUDA )?stream: (?P<stream>[^\n]+)"
+    # TensorRT-LLM (a terminal may wrap the call's arguments: "...(ptr, n, mCudaSt\nream->get()): out of memory")
+    r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\((?:.|\n)*?\): (?P<trtllm>[^\n(]+)"
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
     # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
     # initialization failure with error 35"
@@ -40,10 +52,11 @@ _CUDA_TEXT = re.compile(
     r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
+    r"|failed call to (cu\w+)|at function (cuda\w+)\(|\b(cuda[A-Z]\w*)\(\)\s*error\b"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
-_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trtllm", "hip", "driver", "init",
-           "initnum")
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
+           "initnum", "curesult", "rsnum", "stream", "invnum")
 
 
 def _api(text: str) -> str | None:
@@ -53,7 +66,7 @@ def _api(text: str) -> str | None:
 
 def _cuda_gpu(text: str) -> int | None:
     return _first(_int(r"current\s*device:\s*(\d+)", text), _int(r"\bGPU=(\d+)", text),
-                  _int(r"\bon\s*device\s*(\d+)", text))
+                  _int(r"\bon\s*device\s*(\d+)", text), _int(r"\bdevice\s*ordinal\s*(\d+)", text))
 
 
 def _cuda(text: str) -> Found | None:
@@ -61,6 +74,12 @@ def _cuda(text: str) -> Found | None:
     if not match:
         return None
     api_name = _api(text)
+    if match.group("cudnnnum"):  # cudnnStatus_t numbers differ between cuDNN 8 and 9: the number, no name
+        return Found("cuda_error", _clean({"error_code": int(match.group("cudnnnum")), "api": api_name or "cudnn"}),
+                     gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if match.group("curesult"):
+        api = re.search(r"func=(\w+)", text)
+        api_name = api.group(1) if api else api_name
     if match.group("cublas"):
         status = match.group("cublas")
         if status == "SUCCESS":
@@ -70,10 +89,15 @@ def _cuda(text: str) -> Found | None:
                      gpu=_cuda_gpu(text))
     stated = next(match.group(g) for g in _STATED if match.group(g))
     name, code = cuda_status(stated)
+    if match.group("stream") and code is None:
+        return None  # "unable to create stream: <something that is not a CUDA status>"
+    if match.group("invnum") and "cuda" not in text.lower():
+        return None  # "Invalid error code (N)" names a CUDA status only from a CUDA platform
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
-              or match.group("initnum"))
+              or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum")
+              or match.group("invnum"))
     if code is None and number:
         name, code = status_for_code(int(number)) or (name, int(number))
     if name.startswith("CUBLAS_STATUS_"):
@@ -83,7 +107,7 @@ def _cuda(text: str) -> Found | None:
     kind = _kind_for(code)
     requested = _oom_bytes(text) if kind == "cuda_oom" else None
     return Found(kind, _clean({"error_name": name, "error_code": code, "api": api_name,
-                               "requested_bytes": requested}), gpu=_cuda_gpu(text))
+                               "requested_bytes": requested}), gpu=_cuda_gpu(text), rank=_first_rank(text))
 
 
 def _oom_bytes(text: str) -> int | None:
@@ -93,7 +117,13 @@ def _oom_bytes(text: str) -> int | None:
 
 def _cuda_or_cublas(text: str) -> Found | None:
     cublas = re.search(r"CUBLAS_STATUS_[A-Z_]+", text)
-    return _cuda(cublas.group(0) + " " + text[cublas.end():]) if cublas else _cuda(text)
+    if not cublas:
+        return _cuda(text)
+    found = _cuda(cublas.group(0) + " " + text[cublas.end():])
+    api = _api(text)  # the call may come before the status: "CUDA runtime error in cublasSetWorkspace(...): CUBLAS_..."
+    if found is None or "api" in found.attrs or api is None:
+        return found
+    return Found(found.kind, {**found.attrs, "api": api}, gpu=found.gpu, rank=_first_rank(text))
 
 
 def _graph(text: str) -> Found:
@@ -108,11 +138,15 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     # ggml follows its "CUDA error: ..." with "  current device: N, in function ..." and the failed call
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
-                             r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:"
+                             r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
+                             r"|CUresult error\s+result=\d|Cuda Error in [\w:]+: \d+ \("
+                             r"|Unable to read CUDA capable devices\. Return status: \d"
+                             r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
-           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S"), max_lines=3, joiner="\n",
-           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)")),
+           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "),
+           max_lines=3, joiner="\n",
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): ")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),
 )
@@ -203,14 +237,23 @@ def _kv_capacity(text: str) -> Found:
 def _alloc_failed(text: str) -> Found:
     """llama.cpp/ggml ("allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory", "failed to
     allocate CUDA0 buffer of size N"), TensorRT ("Requested amount of GPU memory (N bytes) could not be
-    allocated"), Triton ("Failed to allocate CUDA memory with byte size N on GPU 0")."""
+    allocated"), Triton ("Failed to allocate CUDA memory with byte size N on GPU 0"), ONNX Runtime's BFCArena
+    ("Failed to allocate memory for requested buffer of size N"), TensorRT 10's builder ("OutOfMemory (Requested
+    size was N bytes.)")."""
     requested = _first(_size(r"allocating\s*(?:SIZE)", text), _int(r"buffer\s*of\s*size\s*(\d+)", text),
+                       _int(r"Requested\s*size\s*was\s*(\d+)\s*bytes", text),
                        _int(r"GPU\s*memory\s*\((\d+)\s*bytes\)", text), _int(r"byte\s*size\s*(\d+)", text))
     gpu = _first(_int(r"on\s*device\s*(\d+)", text), _int(r"\bCUDA(\d+)\s*buffer", text),
                  _int(r"on\s*GPU\s*(\d+)", text), _gpu_any(text))
     api = re.search(r"\b(cudaMalloc\w*)\b", text)
     return Found("cuda_oom", _clean({"requested_bytes": requested, "api": api.group(1) if api else None,
                                      "error_name": "cudaErrorMemoryAllocation", "error_code": 2}), gpu=gpu)
+
+
+def _executor_memory(text: str) -> Found:
+    """TensorRT-LLM: "Failed to initialize executor on rank 1: Executor creation failed due to insufficient GPU
+    memory." (the component that could not be created follows)."""
+    return Found("cuda_oom", {"error_name": "InsufficientGPUMemory"}, rank=_first_rank(text))
 
 
 CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
@@ -224,9 +267,19 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                              r"|\w*Error: \w+_slots runs out of memory"), _kv_capacity,
            complete=_c(r"[Aa]vailable\s*tokens:\s*\d"), max_lines=3,
            accept=_c(r"^\s*(?:Try to allocate \d+ tokens|Avail?able tokens:)")),
+    # "allocating N MiB on device 0: cudaMalloc failed" and the next line's "failed to allocate CUDA0 buffer of size"
     Family("alloc_failed", _c(r"cudaMalloc failed: out of memory|failed to allocate CUDA\d* buffer of size \d"
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
-                              r"|Failed to allocate CUDA memory with byte size \d"), _alloc_failed),
+                              r"|Failed to allocate CUDA memory with byte size \d"
+                              # ONNX Runtime's arena (the CUDA provider's device memory)
+                              r"|BFCArena::AllocateRawInternal\(.{0,160}\) Failed to allocate memory for requested "
+                              r"buffer of size \d"
+                              # TensorRT 10's builder: "Error Code 2: OutOfMemory (Requested size was N bytes.)"
+                              r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed,
+           complete=_c(r"failed to allocate CUDA\d* buffer of size \d|Requested size|could not be allocated|byte size"
+                       r"|requested buffer of size"),
+           max_lines=2, accept=_c(r"failed to allocate CUDA\d* buffer of size \d")),
+    Family("executor_memory", _c(r"Executor creation failed due to insufficient GPU memory"), _executor_memory),
 )
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("capture_generic", _c(r"CUDA graph capture on the stream has failed|[Ff]ailed to end stream capture"

@@ -32,8 +32,22 @@ def _gpu_lost_block(text: str) -> Found | None:
     return _fallen_off(text) if re.search(r"fallen\s*off\s*the\s*bus", text) else None
 
 
+def _device_handle(text: str) -> Found | None:
+    """nvidia-smi/NVML: "Unable to determine the device handle for GPU 0000:0B:00.0: GPU is lost. Reboot the system
+    to recover this GPU" (the driver's Xid 79) or "...: Unknown Error" (the GPU no longer answers NVML)."""
+    match = re.search(r"device handle for GPU\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[.\d]*:\s*(.*)", text)
+    if not match:
+        return None
+    if match.group(2).startswith("GPU is lost"):
+        return Found("gpu_xid", {"xid": 79, "pci_bus": _pci(match.group(1)),
+                                 "detail": "GPU is lost (nvidia-smi; no Xid number in the log)"})
+    return Found("gpu_fault", _clean({"fault": "gpu_inaccessible", "pci_bus": _pci(match.group(1)),
+                                      "detail": match.group(2).strip()[:1024] or None}))
+
+
 XID_FAMILIES: tuple[Family, ...] = (
     Family("nvrm_xid", _c(r"NVRM: Xid \("), _xid),
+    Family("device_handle", _c(r"Unable to determine the device handle for GPU\s*[0-9a-fA-F]{4,8}:"), _device_handle),
     Family("fallen_off_bus", _c(r"(?:GPU has|has) fallen off the bus|: GPU is lost\b"), _fallen_off),
     # recent drivers split the sentence over "NVRM: " lines (dmesg indents them; journald prefixes each)
     Family("nvrm_gpu_lost", _c(r"NVRM: The NVIDIA GPU [0-9a-fA-F]{4,8}:"), _gpu_lost_block,
@@ -85,6 +99,21 @@ def _rm_init(text: str) -> Found:
 
 def _memory(text: str) -> Found:
     return Found("gpu_fault", _clean({"fault": "memory_error", "pci_bus": _pci(text),
+                                      "detail": _detail(text, "NVRM:")}))
+
+
+_NV_STATUS_FAULTS = {"NV_ERR_RESET_REQUIRED": "reset_required", "NV_ERR_GPU_IS_LOST": "gpu_lost",
+                     "NV_ERR_ECC_ERROR": "memory_error", "NV_ERR_GPU_IN_FULLCHIP_RESET": "reset_required"}
+
+
+def _nv_status(text: str) -> Found | None:
+    """An NVRM line whose status says the GPU must be reset or is gone: "nvAssertOkFailedNoLog: Assertion
+    failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2827"."""
+    match = re.search(r"\b(NV_ERR_[A-Z_]+)\b", text)
+    fault = _NV_STATUS_FAULTS.get(match.group(1)) if match else None
+    if fault is None:
+        return None
+    return Found("gpu_fault", _clean({"fault": fault, "pci_bus": _pci_after(r"PCI:", text),
                                       "detail": _detail(text, "NVRM:")}))
 
 
@@ -151,6 +180,34 @@ def _dcgm(text: str) -> Found | None:
                  gpu_uuid=_uuid(text))
 
 
+def _dcgm_health_watch(text: str) -> Found | None:
+    """DCGM's health watches (nv-hostengine's log, dcgmi health): "[[Health]] Detected a WARNING in health system
+    Thermal: 'Detected clocks event due to thermal violation in GPU 2. ...'"."""
+    match = re.search(r"Detected a (WARNING|FAILURE|FAIL\w*) in health system (\w+)", text)
+    if not match:
+        return None
+    return Found("gpu_fault", _clean({"fault": f"dcgm_health_{match.group(2).lower()}",
+                                      "detail": text[match.start():].strip()[:1024]}),
+                 gpu=_int(r"\bGPU\s*(\d+)", text[match.end():]))
+
+
+def _dcgm_diag_fail(text: str) -> Found | None:
+    """A failed test in dcgmi diag's table: "| GPU Memory                | Fail - GPU: 0                 |" (the test
+    name is in the row's first cell, or in a row above when several GPUs are listed)."""
+    match = re.search(r"\|\s*([^|]*?)\s*\|\s*Fail - GPUs?:\s*(\d+)", text)
+    if not match:
+        return None
+    return Found("gpu_fault", _clean({"fault": "dcgm_diag_failed", "detail": match.group(1)[:1024] or None}),
+                 gpu=int(match.group(2)))
+
+
+def _version_mismatch(text: str) -> Found:
+    """The user-space driver and the kernel module disagree, so no CUDA/NVML client starts: "nvidia-container-cli:
+    initialization error: nvml error: driver/library version mismatch", nvidia-smi's "Failed to initialize NVML:
+    Driver/library version mismatch", dmesg's "NVRM: API mismatch: the client has the version X, but ..."."""
+    return Found("gpu_fault", {"fault": "driver_version_mismatch", "detail": text.strip()[:1024]})
+
+
 DRIVER_FAMILIES: tuple[Family, ...] = (
     Family("gsp_timeout", _c(r"NVRM: (?:GPU\d+ )?_kgspLogXid119\b"), _gsp_banner, complete=_c(r"NVRM: Xid \("),
            max_lines=6, joiner="\n", accept=_c(r"^\s*NVRM: "), strict=True),
@@ -167,6 +224,11 @@ DRIVER_FAMILIES: tuple[Family, ...] = (
                              r"|[Rr]ow[- ]?[Rr]emap\w*\s*(?:[Ff]ailure|failed)"
                              r"|[Pp]age [Rr]etirement\s*(?:failure|failed))"),
            _memory),
+    Family("nv_status", _c(r"NVRM: .{0,200}\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST|ECC_ERROR|GPU_IN_FULLCHIP_RESET)\]"),
+           _nv_status),
+    Family("version_mismatch", _c(r"Failed to initialize NVML: Driver/library version mismatch"
+                                  r"|nvml error: driver/library version mismatch|NVRM: API mismatch: the client has"),
+           _version_mismatch),
     Family("nvswitch_sxid", _c(r"SXid \((?:PCI:)?[0-9a-fA-F]"), _sxid),
     Family("fm_nvswitch", _c(r"detected NVSwitch (?:non-)?fatal error \d+"), _fm_nvswitch),
     Family("fm_failed", _c(r"request to query NVSwitch device information from NVSwitch driver failed"
@@ -176,5 +238,9 @@ DRIVER_FAMILIES: tuple[Family, ...] = (
     Family("device_plugin_xid", _c(r"XidCriticalError: Xid=\d+"), _device_plugin_xid, complete=_c(r"marked unhealthy"),
            max_lines=2, joiner="\n", accept=_c(r"device marked unhealthy")),
     Family("marked_unhealthy", _c(r"device marked unhealthy: GPU-"), _marked_unhealthy),
-    Family("dcgm_health", _c(r"ErrorCode:\s*DCGM_FR_[A-Z]|\bDCGM_FR_[A-Z_]+\b.{0,20}\bGPU[: ]\s*\d"), _dcgm),
+    # NVSentinel's health events print the code as JSON after the message: "errorCode":["DCGM_FR_XID_ERROR"]
+    Family("dcgm_health", _c(r"ErrorCode:\s*DCGM_FR_[A-Z]|\bDCGM_FR_[A-Z_]+\b.{0,20}\bGPU[: ]\s*\d"
+                             r"|\"errorCode\":\s*\[\s*\"DCGM_FR_[A-Z]"), _dcgm),
+    Family("dcgm_health_watch", _c(r"Detected a (?:WARNING|FAIL\w*) in health system \w"), _dcgm_health_watch),
+    Family("dcgm_diag_fail", _c(r"(?<=\|\s)\s*Fail - GPUs?:\s*\d"), _dcgm_diag_fail),
 )

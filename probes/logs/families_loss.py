@@ -91,10 +91,16 @@ def _anomaly(text: str) -> Found:
 _METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?loss)'?\s*[:=]\s*(?:nan|NaN)(?!\w|\.\d)")
 
 
+# ... and in words: "Training loss at epoch 25 - nan", "Training batch 64 ends with loss NaN."
+_METRIC_WORDS = re.compile(r"(?:^|(?<=\s))((?:[A-Za-z]+ )?loss)"
+                           r"(?: at (?:epoch|step|iteration|iter|batch) \d+\s*[-:=]\s*|\s+)(?:nan|NaN)(?!\w|\.\d)")
+
+
 def _metric(text: str) -> Found | None:
     """A training log line that prints a loss as NaN: Megatron "lm loss: nan |", Hugging Face
-    "{'loss': nan, ...}", Keras "- loss: nan", mmdet/detectron2 "total_loss: nan", Lightning "loss=nan"."""
-    match = _METRIC.search(text)
+    "{'loss': nan, ...}", Keras "- loss: nan", mmdet/detectron2 "total_loss: nan", Lightning "loss=nan", or says it
+    in words ("loss at epoch 25 - nan", "ends with loss NaN")."""
+    match = _METRIC.search(text) or _METRIC_WORDS.search(text)
     if not match:
         return None
     return Found("loss_nonfinite", _clean({"value": _value(text[match.end(1):]), "step": _step(text),
@@ -116,5 +122,5 @@ LOSS_FAMILIES: tuple[Family, ...] = (
            _loss_scale_floor),
     Family("anomaly_nonfinite", _c(r"Function '\w+' returned nan values|\w*Error: Function '\w+' returned inf values"),
            _anomaly),
-    Family("loss_metric_nonfinite", _METRIC, _metric),
+    Family("loss_metric_nonfinite", _c(f"{_METRIC.pattern}|{_METRIC_WORDS.pattern}"), _metric),
 )

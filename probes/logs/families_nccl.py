@@ -160,6 +160,7 @@ _WARN_RESULTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), n
      r"|Connection (?:timed out|refused)|Socket recv failed|Call to (?:recv|send|connect|accept)\b.{0,80}failed"
      r"|\bibv_\w+ failed|NET/IB ?: .{0,60}(?:failed|port error|catastrophic)|Got async event : (?:port error|local "
      r"catastrophic)|failed to extend /dev/shm|posix_fallocate failed|Bootstrap.{0,40}(?:failed|timed out)"
+     r"|Error while (?:creating|attaching to) shared memory segment"
      r"|Timeout waiting", "ncclSystemError"),
     (r"socketFinalizeAccept|wrong type \d+ != \d+|[Ii]nternal error", "ncclInternalError"),
     # a proxy's report of a failure its peer thread already WARNed about: the same incident, name unknown

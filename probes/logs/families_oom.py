@@ -76,6 +76,24 @@ def _ray_oom(text: str) -> Found:
         "error_name": "ray.OutOfMemoryError"}), pid=_int(r"pid=(\d+)", text))
 
 
+def _kv_alloc(text: str) -> Found:
+    """vllm.rs: "KVCache allocation failed: Insufficient GPU memory for KVCache allocation." then "Available: N MB,
+    Required: M MB, Reserved: K MB."."""
+    return Found("cuda_oom", _clean({
+        "requested_bytes": _size(r"Required:\s*(?:SIZE)", text), "free_bytes": _size(r"Available:\s*(?:SIZE)", text),
+        "error_name": "InsufficientKVCacheMemory"}))
+
+
+def _startup_free(text: str) -> Found:
+    """vLLM: "Free memory on device (67.24/79.25 GiB) on startup is less than desired GPU memory utilization (0.9,
+    71.33 GiB)": the engine refuses to start."""
+    match = re.search(r"Free\s*memory\s*on\s*device(?:\s*[\w:]+)?\s*\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*"
+                      r"([KMGT]i?B)\)", text)
+    free, total = (to_bytes(match.group(1), match.group(3)), to_bytes(match.group(2), match.group(3))) if match \
+        else (None, None)
+    return Found("cuda_oom", _clean({"free_bytes": free, "total_bytes": total, "error_name": "InsufficientFreeMemory"}))
+
+
 OOM_FAMILIES: tuple[Family, ...] = (
     # a line cut before "CUDA out of memory." starts at "Tried to allocate"; a wrapped message may too
     Family("torch_oom", _c(r"CUDA out of memory|HIP out of memory|^\W{0,3}Tried to allocate \d"), _torch_oom,
@@ -86,6 +104,11 @@ OOM_FAMILIES: tuple[Family, ...] = (
                          r"|ran out of memory trying to allocate"), _xla_oom),
     Family("vllm_kv_cache", _c(r"No available memory for the cache blocks|KV cache is needed"), _vllm_kv,
            complete=_c(r"engine|max_model_len"), max_lines=4),
+    Family("kv_alloc_insufficient", _c(r"Insufficient GPU memory for KVCache allocation"), _kv_alloc,
+           complete=_c(r"Required:\s*\d"), max_lines=2, accept=_c(r"^\s*Available:")),
+    Family("startup_free_memory", _c(r"Free memory on device(?: [\w:]+)? \([\d.]+/[\d.]+ ?[KMGT]i?B\) on startup is "
+                                     r"less than desired GPU memory utilization"), _startup_free),
+    # the "Memory on the node ... was 54.86GB / 57.60GB" line may follow after a blank line
     Family("ray_oom", _c(r"OutOfMemoryError: Task was killed"), _ray_oom,
-           complete=_c(r"threshold"), max_lines=4),
+           complete=_c(r"threshold"), max_lines=4, accept=_c(r"Memory on the node|threshold"), strict=True),
 )

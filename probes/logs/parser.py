@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuslo.engine.events import MESSAGE_MAX, Event
-from gpuslo.probes.logs.catalog import FAMILIES, NEW_RECORD, TRIGGER, TRIGGER_WORDS
+from gpuslo.probes.logs.catalog import NEW_RECORD, TRIGGER, TRIGGER_WORDS, candidates
 from gpuslo.probes.logs.patterns import Family, Found
 from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.prefixes import Line, normalise, segments
@@ -177,8 +177,8 @@ class LogParser:
     @staticmethod
     def _family_of(line: Line) -> Family | None:
         """The first family whose start the line has, unless the start sits in prose (probes/logs/prose.py)."""
-        for family in FAMILIES:
-            match = family.starts(line.text)
+        for family in candidates(line.text):
+            match = family.start.search(line.text)
             if match:
                 return None if is_prose(line, match.start(), match.end()) else family
         return None
@@ -225,7 +225,7 @@ class LogParser:
             return True
         if family.joiner == "\n":  # a block takes the line after "Last error:" and nothing unannounced
             return pending.lines[-1].text.rstrip().endswith(":") and bool(text.strip())
-        if NEW_RECORD.match(text) or any(f.starts(text) for f in FAMILIES):
+        if NEW_RECORD.match(text) or any(f.start.search(text) for f in candidates(text)):
             return False
         return True
 

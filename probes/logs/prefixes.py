@@ -35,6 +35,10 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*",
     r"\[\s*\d+\.\d+\]\s*",  # dmesg uptime
     _SYSLOG_TIME + " ",  # syslog without a host
+    # Go's log package (k8s device plugin, NVSentinel, DCGM tools): "2020/08/10 19:09:42 " with an optional level
+    r"(?P<goday>\d{4}/\d\d/\d\d) (?P<gohms>\d\d:\d\d:\d\d)(?:\.\d+)? (?:(?:DEBUG|INFO|WARN|WARNING|ERROR) )?",
+    # llama.cpp's logger since 2025: "[56285] 0.54.236.075 E " (pid, time since start, level)
+    r"(?:\[(?P<lcpid>\d+)\] )?\d+\.\d\d\.\d\d\d\.\d\d\d [DIWE] ",
     r"\[rank(?P<rank>\d+)\]: ?",  # torchrun
     r"\[default\d+\]: ?",  # older torchrun --tee
     r"\[pod/[^\]\s]+\] ",  # kubectl logs --prefix
@@ -55,6 +59,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
 ))
 MAX_LAYERS = 10
+_TAG_KV = re.compile(r"\b(pid|rank)=(\d+)")
 
 
 Clock = Callable[[], datetime]
@@ -139,10 +144,17 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
         else:
             break
         groups = match.groupdict()
+        if groups.get("goday"):  # Go's "2006/01/02 15:04:05"
+            groups["iso"] = f"{groups['goday'].replace('/', '-')} {groups['gohms']}"
+        if "=" in match.group(0):  # a Ray/vLLM worker tag names pid and rank in any order: "(VllmWorker rank=1 pid=7)"
+            tag = dict(_TAG_KV.findall(match.group(0)))
+            groups.setdefault("pid", None)
+            groups["pid"] = groups["pid"] or tag.get("pid")
+            groups["wrank"] = groups.get("wrank") or tag.get("rank")
         moment = moment or _time_of(groups, clock)
         rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank"))
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
-                                               or groups.get("syspid"))
+                                               or groups.get("syspid") or groups.get("lcpid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))
         log_host = log_host or groups.get("sysloghost") or groups.get("ncclhost")
         if origin is None and groups.get("nccltid"):
@@ -158,10 +170,19 @@ _GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]
                            r"(?:cpp|cc|cu|h|hpp|py):\d+\] )")
 
 
+def _inline_code(part: str) -> list[str]:
+    at = part.find("`")
+    if at < 0 or not any(p.match(part, at + 1) for p in _PREFIXES):
+        return [part]
+    return [part[:at], part[at + 1:]] if part[:at].strip() else [part[at + 1:]]
+
+
 def segments(raw: str) -> list[str]:
     """Split a physical line into the records it holds: progress bars redraw with `\\r` and a message may follow;
     a paste that lost its newlines glues glog records together."""
     parts = raw.split("\r") if "\r" in raw else [raw]
     if "] " in raw:
         parts = [piece for part in parts for piece in _GLUED_RECORD.split(part)]
+    if "`" in raw:  # a paste that opens inline code at a log record: "error log `H100-2:1:2 [1] ... NCCL WARN ..."
+        parts = [piece for part in parts for piece in _inline_code(part)]
     return [part for part in parts if part.strip()] if len(parts) > 1 else parts

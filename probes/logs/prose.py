@@ -18,9 +18,14 @@ from gpuslo.probes.logs.prefixes import Line
 _STRUCTURED_HEAD = re.compile(
     r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
     r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
+    r"|\bterminated with exception:"
+    r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
+    r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
-    r"|=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:"
     r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
+# weaker marks of structure, which a long sentence can also hold ("... nvidia-smi outputs the following error: ...")
+_WEAK_HEAD = re.compile(r"=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:")
+LONG_SENTENCE = 8  # plain words in front of the token that outweigh a weak mark
 # an exception head ("torch.distributed.DistBackendError: "), which a sentence may quote: "The error message X: ..."
 _EXCEPTION_HEAD = re.compile(r"(?:^|\s)[\w.]*(?:Error|Exception)\b:")
 _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers and names have capitals or _)
@@ -35,21 +40,54 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*•]\s|\|\s|\d+\.\s+\S)")
 _ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STATUS_\w+|\bDCGM_FR_\w+"
                           r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
+_SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
+_JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
+_SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
+_PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b")  # a number written as a placeholder: XX.XX
+_TITLE_TAG = re.compile(r"^\s*\[(?:BUG|Bug|bug|Feature|FEATURE|Question|QUESTION|Usage|Doc|RFC|Help|help|Issue)\]")
+_DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.IGNORECASE)
+# a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
+_QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"
+                                    r"appears|shows)\b")
+_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+# first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
+_NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
+                        r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
+                        r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
     """True when the family's start token at `line.text[start:end]` sits in prose rather than in a log line."""
+    if _SOURCE_LINE.match(line.text):
+        return True  # a traceback's source line (`raise RuntimeError(f"NCCL error: {error_str}")`), prefix or not
     if line.text != line.raw.rstrip("\r\n"):
         return False  # the normaliser stripped a log prefix: a log line
     text = line.text
+    if _NARRATIVE.search(text):
+        return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
+    if _SETTING.match(text):
+        return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
+    if _PLACEHOLDER.search(text):
+        return True  # a template, not a log: "Tried to allocate XX.XX MiB"
+    if _TITLE_TAG.match(text):
+        return True  # an issue title: "[BUG] Fix `cudaErrorIllegalAddress ...` in Q18"
+    if _QUOTED_THEN_EXPLAINED.match(text):
+        return True  # '"CUDA error: out of memory" was reported when training.'
+    if _JSON_RECORD.match(text):
+        return False  # a JSON log record: its quotes are syntax, not a quotation
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _DEFINITION_HEAD.match(head):
+        return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
+    if _CJK.search(head):
+        return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
         return True  # a list of error names
     if _CODE_HEAD.search(head):
         return True  # source code: a case label, a comparison, an enum
-    structured = bool(_STRUCTURED_HEAD.search(head))
+    structured = bool(_STRUCTURED_HEAD.search(head)) or (
+        bool(_WEAK_HEAD.search(head)) and len(_WORD.findall(head)) < LONG_SENTENCE)
     exception = _EXCEPTION_HEAD.search(head)
     if exception and _quoted_exception(head[:exception.start()]):
         return True  # "The error message torch...DistBackendError: ... indicates": a message a sentence quotes
@@ -67,12 +105,18 @@ def is_prose(line: Line, start: int, end: int) -> bool:
 _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
 
 
+_ARTICLES = frozenset({"the", "this", "that", "a", "an"})
+
+
 def _quoted_exception(before: str) -> bool:
-    """Only plain words in front of an exception head ("The error message X: ..."): a sentence that quotes it."""
-    return bool(_SENTENCE_START.fullmatch(before)) and len(_WORD.findall(before)) >= 2
+    """Only plain words in front of an exception head ("The error message X: ..."), or an article ("The
+    RuntimeError: CUDA error: ... is a common issue"): a sentence that quotes it."""
+    return bool(_SENTENCE_START.fullmatch(before)) and (
+        len(_WORD.findall(before)) >= 2 or before.strip().lower() in _ARTICLES)
 
 
-_OPENING_QUOTE = re.compile(r"(?:^|(?<=[\s(\[:=,]))[\"`]")  # a quote after a space or an opener opens
+# a quote after a space or an opener opens; after `=` it is a logfmt value (`condition="..."`), not a quotation
+_OPENING_QUOTE = re.compile(r"(?:^|(?<=[\s(\[:,]))[\"`]")
 
 
 def _open_quote(head: str) -> bool:
