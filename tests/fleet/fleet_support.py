@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -174,6 +174,20 @@ def owned_partitions(database: Database) -> dict[str, int]:
     return {str(name).removeprefix("fleet-"): int(count) for name, count in rows}
 
 
+def kill_mid_batch(worker: WorkerProcess, database: Database, timeout: float = 30.0) -> None:
+    """SIGKILL the worker while one of its transactions has written and not committed (a batch in flight)."""
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name "
+                 "AND backend_xid IS NOT NULL")
+    deadline = time.monotonic() + timeout
+    with database.engine.connect() as connection:
+        while time.monotonic() < deadline:
+            if connection.execute(query, {"name": f"fleet-{worker.name}"}).scalar():
+                worker.kill()
+                return
+            connection.rollback()
+    raise AssertionError(f"worker {worker.name} never had a batch in flight within {timeout}s")
+
+
 def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -> float:
     """Seconds until `condition()` held; AssertionError naming `what` after `timeout`."""
     started = time.monotonic()
@@ -184,8 +198,10 @@ def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -
     raise AssertionError(f"{what}: not within {timeout:.0f}s")
 
 
-def reference_run(events: list[dict[str, Any]], folder: Path) -> Stored:
-    """The same events through the embedded single process (`gpuslo serve`'s core on SQLite)."""
+def reference_run(events: list[dict[str, Any]], folder: Path,
+                  read: Callable[[Database], Any] = lambda database: stored(database)) -> Any:
+    """The same events through the embedded single process (`gpuslo serve`'s core on SQLite); what `read`
+    finds in its database (by default `stored`)."""
     from gpuslo.engine.config import Settings
     from gpuslo.engine.core import Gpuslo
     from gpuslo.engine.metrics import Metrics
@@ -207,7 +223,7 @@ def reference_run(events: list[dict[str, Any]], folder: Path) -> Stored:
         for start in range(0, len(events), 100):
             core.ingest(events[start:start + 100])
             assert core.wait_idle(60)
-        return stored(database)
+        return read(database)
     finally:
         core.close()
         if where != folder:
