@@ -65,7 +65,8 @@ def _running(bus: Bus, database: Database, metrics: Metrics) -> Iterator[Worker]
     thread = threading.Thread(target=worker.run, args=(stop,), name="fleet-worker", daemon=True)
     thread.start()
     try:
-        wait_for(lambda: len(worker.runners) == 4, 20, "the worker owns every partition")  # 2 per key space
+        wait_for(lambda: len(worker.runners) == len(worker.table.all_partitions()), 20,
+                 "the worker owns every partition")  # 2 per key space
         yield worker
     finally:
         stop.set()
