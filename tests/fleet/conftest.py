@@ -21,6 +21,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
         pytest.fail(f"nats-server is not installed at {NATS_SERVER} (Debian package nats-server)", pytrace=False)
     nodes = NatsCluster.create(tmp_path_factory.mktemp("nats"))
     nodes.start()
+    # Until the cluster has elected its JetStream meta leader, API requests go unanswered: a client with a short
+    # request timeout asks again every 1.5 s instead of waiting out the usual 10 s for each unanswered one.
+    ready = Bus(nodes.urls, name="fleet-test-ready", timeout_s=1.0)
+    try:
+        ready.ensure_stream(StreamSettings(replicas=3))
+    finally:
+        ready.close()
     try:
         yield nodes
     finally:
