@@ -33,22 +33,32 @@ ALERTS = ('receivers:\n  - {name: hook, type: webhook, allow_private_network: tr
 
 
 @contextmanager
-def postgres_database(label: str) -> Iterator[Database]:
-    """A fresh, migrated PostgreSQL database, dropped afterwards (as tests/conftest.py makes them)."""
+def postgres_database(label: str, template: str | None = None) -> Iterator[Database]:
+    """A fresh, migrated PostgreSQL database, dropped afterwards (as tests/conftest.py makes them); a copy of
+    `template` (a database postgres_template migrated) when given, which skips the migrations."""
     admin_url = make_url(POSTGRES_URL)
     name = f"gpuslo_fleet_{label}_{os.getpid()}_{secrets.token_hex(3)}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     database = Database(admin_url.set(database=name).render_as_string(hide_password=False))
     try:
-        database.upgrade()
+        if template is None:
+            database.upgrade()
         yield database
     finally:
         database.dispose()
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@contextmanager
+def postgres_template() -> Iterator[str]:
+    """A migrated database nobody connects to, for postgres_database(template=) to copy; its name."""
+    with postgres_database("template") as database:
+        database.dispose()  # CREATE DATABASE … TEMPLATE needs the template without connections
+        yield make_url(database.url).database or ""
 
 
 def fleet_events(hosts: int = 18, minutes: int = 20) -> list[dict[str, Any]]:

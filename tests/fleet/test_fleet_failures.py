@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fleet_cluster_support import NatsCluster
+from fleet_cluster_support import NatsCluster, wait_jetstream
 from fleet_support import (
     RULES,
     WorkerProcess,
@@ -75,6 +75,7 @@ def test_join_kill_worker_mid_batch_kill_nats_leader_restart_everything(
         cluster.start()
         for worker in workers:
             worker.start()
+        wait_jetstream(cluster.urls)  # the stream's election after the restart, without 10 s request timeouts
         publish(publisher, third)
         wait_for(lambda: caught_up(bus, fleet_database, table), 90, "the fleet catching up after the restart")
     finally:
