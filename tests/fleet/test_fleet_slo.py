@@ -153,7 +153,8 @@ def test_workers_count_the_sli_buckets_through_a_rebalance_and_a_kill(
         for worker in workers:
             worker.stop()
     burns = _burns(reference_stored, burn_rules)
-    print(f"SLI counts: {sum(reference.values())} stored counts in {len(reference)} buckets; burn violations "
+    print(f"SLI counts: {len(reference)} non-zero (unit, SLO, group, time, count) entries summing to "
+          f"{sum(reference.values())}; burn violations "
           f"{len(burns)} ({sorted({k[0] for k in burns})})")
     logs = "\n".join(w.log_text() for w in workers)
     assert "Traceback" not in logs, logs[-4000:]
