@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +50,9 @@ def in_process_evaluation(events: list, rulebooks: Sequence) -> float:  # type: 
     return len(events) / (time.perf_counter() - started)
 
 
-def in_process_stored(items: list[dict], events: int) -> tuple[float, int]:  # type: ignore[type-arg]
+def in_process_stored(items: list[dict], events: int) -> tuple[float, int, tuple[int, int]]:  # type: ignore[type-arg]
     """The embedded core (`gpuslo serve` without HTTP) on PostgreSQL: ingest stores, the engine evaluates and
-    stores the violations; events/s and the occurrences stored."""
+    stores the violations and SLI counts; events/s, the occurrences and the SLI (good, total) stored."""
     with postgres_database("bench_embedded") as database:
         core = Gpuslo(Settings(database_url=database.url, rules_dir=RULES, rules_poll_seconds=0), database,
                       Metrics())
@@ -63,7 +64,7 @@ def in_process_stored(items: list[dict], events: int) -> tuple[float, int]:  # t
                 core.ingest(items[start:start + 500])
             assert core.wait_idle(600)
             elapsed = time.perf_counter() - started
-            return events / elapsed, _occurrences(database)
+            return events / elapsed, _occurrences(database), _sli_counts(database)
         finally:
             core.close()
 
@@ -73,10 +74,21 @@ def _occurrences(database) -> int:  # type: ignore[no-untyped-def]
         return int(connection.execute(text("SELECT coalesce(sum(occurrences), 0) FROM violations")).scalar() or 0)
 
 
+def _sli_counts(database) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    with database.engine.connect() as connection:
+        good, total = connection.execute(text(
+            "SELECT coalesce(sum(good), 0), coalesce(sum(total), 0) FROM slo_buckets")).one()
+    return int(good), int(total)
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
 def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partitions: int, folder: Path,
-              bus: Bus) -> tuple[float, int, float]:
-    """k workers drain the (already published) stream into a fresh database: events/s in all, the occurrences
-    stored, and the seconds from the last worker joining to the first stored batch (skew)."""
+              bus: Bus) -> tuple[float, int, tuple[int, int]]:
+    """k workers drain the (already published) stream into a fresh database: the seconds it took, the
+    occurrences and the SLI (good, total) stored."""
     with postgres_database(f"bench_fleet{workers}") as database:
         procs = [WorkerProcess(f"b{i}", database, cluster.urls, folder, partitions=partitions)
                  for i in range(workers)]
@@ -89,7 +101,7 @@ def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partition
             while not caught_up(bus, database, table):
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
-            return elapsed, _occurrences(database), 0.0
+            return elapsed, _occurrences(database), _sli_counts(database)
         finally:
             for proc in procs:
                 proc.stop()
@@ -105,8 +117,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     table = RoutingTable.of(rulebooks, args.partitions)
     items = workload.mixed(args.events)
     events = [workload.to_event(item) for item in items]
+    uptimes = [_uptime()]
     evaluate_rate = max(in_process_evaluation(events, rulebooks) for _ in range(2))
-    embedded_rate, embedded_occurrences = in_process_stored(items, len(events))
+    embedded_rate, embedded_occurrences, embedded_sli = in_process_stored(items, len(events))
     copies = sum(len(table.route(e)) for e in events)
     folder = Path(tempfile.mkdtemp(prefix="gpuslo-bench-fleet-"))
     cluster = NatsCluster.create(folder / "nats")
@@ -122,48 +135,56 @@ def main(argv: Sequence[str] | None = None) -> None:
             publisher.publish(events[start:start + 1000])
         publish_rate = len(events) / (time.perf_counter() - started)
         for workers in args.workers:
-            elapsed, occurrences, _ = fleet_run(cluster, table, workers, args.partitions, folder, bus)
+            elapsed, occurrences, sli = fleet_run(cluster, table, workers, args.partitions, folder, bus)
             rate = len(events) / elapsed
-            rows.append((workers, rate, rate / workers, occurrences))
+            rows.append((workers, rate, rate / workers, occurrences, sli))
             print(f"{workers} worker(s): {rate:,.0f} ev/s, {rate / workers:,.0f} per worker, "
-                  f"{occurrences} occurrences (embedded: {embedded_occurrences})", flush=True)
+                  f"{occurrences} occurrences (embedded: {embedded_occurrences}), SLI good/total {sli} "
+                  f"(embedded: {embedded_sli})", flush=True)
         bus.close()
     finally:
         cluster.stop()
-    report(args, evaluate_rate, embedded_rate, embedded_occurrences, publish_rate, copies, len(events), rows)
+    uptimes.append(_uptime())
+    report(args, evaluate_rate, embedded_rate, (embedded_occurrences, embedded_sli), publish_rate, copies,
+           len(events), rows, uptimes)
 
 
-def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float, embedded_occurrences: int,
-           publish_rate: float, copies: int, events: int, rows: list[tuple[int, float, float, int]]) -> None:
+def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float,
+           embedded: tuple[int, tuple[int, int]], publish_rate: float, copies: int, events: int,
+           rows: list[tuple[int, float, float, int, tuple[int, int]]], uptimes: list[str]) -> None:
+    embedded_occurrences, embedded_sli = embedded
     one = rows[0][2] if rows else 0.0
     lines = [SECTION, "",
              f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Machine: {platform.system()} {platform.release()}, "
              f"{os.cpu_count()} vCPU (shared with other tenants: expect ±30 % run to run), Python "
              f"{platform.python_version()}; nats-server, PostgreSQL and every worker on the same machine.",
              f"Command: `python bench/fleet.py --events {events} --workers {' '.join(map(str, args.workers))} "
-             f"--partitions {args.partitions}`.", "",
+             f"--partitions {args.partitions}`.", f"`uptime` before: `{uptimes[0]}`; after: `{uptimes[-1]}`.", "",
              "| part | events/s | ratio |", "|---|---|---|",
              f"| in-process evaluation (RuleEvaluator, no store) | {evaluate_rate:,.0f} | baseline A |",
              f"| in-process, stored: the embedded core on PostgreSQL (ingest stores, engine, violations stored) | "
              f"{embedded_rate:,.0f} | baseline B |",
              f"| publish to the R3 stream ({copies / events:.2f} copies per event, acks awaited) | "
              f"{publish_rate:,.0f} | |"]
-    for workers, rate, per_worker, occurrences in rows:
+    for workers, rate, per_worker, occurrences, sli in rows:
         check = "equal" if occurrences == embedded_occurrences else f"DIFFER ({embedded_occurrences} embedded)"
-        lines.append(f"| {workers} worker(s): bus → stored violations ({occurrences} occurrences, {check}) | "
+        sli_check = "equal" if sli == embedded_sli else f"DIFFER ({embedded_sli[0]}/{embedded_sli[1]} embedded)"
+        lines.append(f"| {workers} worker(s): bus → stored violations and SLI counts ({occurrences} occurrences, "
+                     f"{check}; SLI good/total {sli[0]}/{sli[1]}, {sli_check}) | "
                      f"{rate:,.0f} in all, {per_worker:,.0f} per worker | per worker / B = "
                      f"{per_worker / embedded_rate:.2f} (target >= 0.5); / A = {per_worker / evaluate_rate:.2f}; "
                      f"scaling efficiency {per_worker / one:.2f} |")
-    best = max((rate for _, rate, _, _ in rows), default=0.0)
+    best_workers, best = max(((row[0], row[1]) for row in rows), key=lambda pair: pair[1], default=(0, 0.0))
     lines += ["", f"At one event per GPU per second, one worker here keeps up with about {one:,.0f} GPUs and "
-              f"the best run ({max(rows)[0] if rows else 0} workers) with about {best:,.0f}.", "",
+              f"the best run ({best_workers} workers) with about {best:,.0f}.", "",
               "Method: the workload of bench/engine.py (fleet mix, 64 hosts × 8 GPUs, all shipped rulebooks) is "
               "published once; for each worker count, that many `gpuslo worker` processes start on a fresh "
               "PostgreSQL database (so every partition starts at sequence 0, no replay), and the clock runs from "
               "the moment every worker holds partitions until every partition has stored the last sequence of its "
               "subject. Each worker stores every event it reads (the event log and evidence targets), the "
-              "violations, evidence, history and offsets in one transaction per batch, as the embedded core "
-              "stores events and violations. Occurrences are compared with the embedded run's."]
+              "violations, evidence, history, SLI counts and offsets in one transaction per batch, as the embedded "
+              "core stores events, violations and SLI counts. Occurrences and SLI good/total are compared with "
+              "the embedded run's."]
     text_ = "\n".join(lines) + "\n"
     print(text_)
     old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"

@@ -4,6 +4,7 @@ batch read from the stream and store its effects and its new offset in one trans
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -11,17 +12,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import EventError, GpusloError
 from gpuslo.engine.events import Event, parse_event
-from gpuslo.engine.fleet import offsets, poison
+from gpuslo.engine.fleet import offsets, poison, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
 from gpuslo.engine.fleet.routing import Partition, longest_window
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
+from gpuslo.engine.slo import store as slo_store
+from gpuslo.engine.slo.counter import SliBatch
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.engine_output import Notify, record_result
@@ -30,6 +34,11 @@ from gpuslo.engine.violations import Clear, Match
 log = logging.getLogger(__name__)
 CLOCK_SKEW_S = 60.0  # how far a publisher's clock may run ahead of the NATS servers' (the replay starts earlier)
 _RECENT = 100_000  # event ids a partition remembers, to evaluate a re-published event once
+
+
+class StoreAbandoned(GpusloError):
+    """The worker was told to stop while a batch could not be stored: nothing of it is stored, its partitions'
+    offsets stay where they were, and their next owner reads the batch again."""
 
 
 class LostPartition(GpusloError):
@@ -80,11 +89,19 @@ class PartitionRunner:
         self.reader: Reader | None = None
 
     def open(self) -> None:
-        """Read the stored offset and rebuild the windows from the stream up to it; then read on after it."""
+        """Read the stored offset and, in the same snapshot, the SLI counts of the partition's groups; seed the
+        counter with them and rebuild the windows from the stream up to the offset; then read on after it."""
         with self._database.session(readonly=True) as session:
+            if self._database.dialect == "postgresql":  # one snapshot for the offset and the counts it stands for
+                session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
             self.offset = offsets.read(session, self.partition.name)
+            state = slis.read_state(session, self.partition, self._rulebooks) if self.offset.seq else None
+        if state is not None:
+            self.evaluator.slo.seed(state.seed)
         if self.offset.seq:
             self._replay()
+        if state is not None:
+            self.evaluator.slo.restore_firing(state.firing)
         self.reader = self._bus.reader(self.partition.subject, after=self.offset.seq)
 
     def _replay(self) -> None:
@@ -93,6 +110,7 @@ class PartitionRunner:
         horizon = longest_window(self._rulebooks) + self._settings.lateness_s + CLOCK_SKEW_S
         since = datetime.fromtimestamp(max(0.0, self.offset.watermark - horizon), UTC)
         reader = self._bus.reader(self.partition.subject, since=since)
+        self.evaluator.slo.replaying(True)  # the stored counts are seeded already
         try:
             while True:
                 delivered = [d for d in reader.fetch(self._settings.batch, 2.0) if d.seq <= self.offset.seq]
@@ -103,6 +121,7 @@ class PartitionRunner:
                 if delivered[-1].seq >= self.offset.seq:
                     break
         finally:
+            self.evaluator.slo.replaying(False)
             reader.close()
         self.evaluator.tick(self.offset.clock)  # absences stored by the last owner up to its clock: already out
 
@@ -176,9 +195,9 @@ def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
     a clear of the same rule and group key. Events are left out (the batch marks them processed once); the
     events whose evaluation raised are kept, each in the result its part merged into.
 
-    SLI counts are left out: an event reaches one partition per key space that reads its kind, so partitions
-    storing SLIs would count it once per space (and never count kinds no rule reads). Fleet SLIs need a routing
-    of their own (docs/notes/h12-write.md)."""
+    The SLI counts of every part are merged into the last result: stored after all matches, as the embedded engine
+    stores a batch's (violations the batch opens may be charged with its bad requests). Each SLI is counted only
+    in its own key space's partitions (routing.rulebooks_for), so an event copied to several spaces counts once."""
     merged: list[EngineResult] = []
     matches: list[Match] = []
     clears: list[Clear] = []
@@ -192,30 +211,33 @@ def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
         clears += part.clears
         quarantined += part.quarantined
         cleared.update((c.rule_id, c.group_key) for c in part.clears)
-    if matches or clears or quarantined:
-        merged.append(EngineResult((), tuple(matches), tuple(clears), quarantined=tuple(quarantined)))
+    sli = SliBatch.merge(part.sli for part in parts)
+    if matches or clears or quarantined or sli is not None:
+        merged.append(EngineResult((), tuple(matches), tuple(clears), sli=sli, quarantined=tuple(quarantined)))
     return merged
 
 
-def store_batches(database: Database, pending: Sequence[Pending], owner: str, notify: Notify,
-                  metrics: Metrics) -> list[PartitionRunner]:
+def store_batches(database: Database, pending: Sequence[Pending], owner: str, notify: Notify, metrics: Metrics, *,
+                  burn_rules: Sequence[str] = (), stop: threading.Event | None = None) -> list[PartitionRunner]:
     """Store the batches of several partitions in one transaction, each with its new offset, until stored (the
     windows already hold their events: evaluating again would feed them twice). A partition another owner wrote
     meanwhile is left out and returned (lost); the others are stored without it. After two failures, if the
     database answers, the batches are stored one partition at a time, and a partition's batch that alone fails
     one match or clear at a time (poison.py): the events of a part that fails are quarantined and the partition
-    moves past them. While the database does not answer, nothing is poison: the batches are retried whole."""
+    moves past them. While the database does not answer, nothing is poison: the batches are retried whole.
+    `burn_rules`: the SLO burn alerts' rule ids (record_result); when `stop` is set while batches are still
+    waiting, StoreAbandoned (nothing of them is stored, their offsets stay)."""
     waiting, lost = list(pending), list[PartitionRunner]()
     delay, failures = 0.2, 0
     while waiting:
         if failures >= 2 and poison.database_answers(database):
-            waiting = _store_each(database, waiting, owner, notify, metrics, lost)
+            waiting = _store_each(database, waiting, owner, notify, metrics, lost, burn_rules)
             if not waiting:
                 break
         else:
             try:
                 with database.session(rederivable=True) as session:
-                    quarantined = _write(session, waiting, owner, notify)
+                    quarantined = _write(session, waiting, owner, notify, burn_rules)
             except LostPartition as exc:
                 lost.append(exc.runner)
                 waiting = [p for p in waiting if p.runner is not exc.runner]
@@ -227,20 +249,24 @@ def store_batches(database: Database, pending: Sequence[Pending], owner: str, no
             else:
                 _stored(waiting, quarantined, [], metrics)
                 break
-        time.sleep(delay)
+        if stop is None:
+            time.sleep(delay)
+        elif stop.wait(delay):
+            raise StoreAbandoned(f"stopped while {len(waiting)} partition batch(es) could not be stored; their "
+                                 f"offsets stay at the last stored batch")
         delay = min(delay * 2, 5.0)
     return lost
 
 
 def _store_each(database: Database, waiting: Sequence[Pending], owner: str, notify: Notify, metrics: Metrics,
-                lost: list[PartitionRunner]) -> list[Pending]:
+                lost: list[PartitionRunner], burn_rules: Sequence[str]) -> list[Pending]:
     """Store each partition's batch in its own transaction, and one that fails again in parts; the batches not
     stored (the database stopped answering meanwhile) come back. Lost partitions are added to `lost`."""
     remaining = []
     for item in waiting:
         try:
             with database.session(rederivable=True) as session:
-                quarantined = _write(session, [item], owner, notify)
+                quarantined = _write(session, [item], owner, notify, burn_rules)
             _stored([item], quarantined, [], metrics)
             continue
         except LostPartition as exc:
@@ -252,7 +278,7 @@ def _store_each(database: Database, waiting: Sequence[Pending], owner: str, noti
             metrics.engine_errors.labels("store").inc()
         try:
             with database.session(rederivable=True) as session:
-                quarantined, bad = _write_in_parts(session, item, owner, notify)
+                quarantined, bad = _write_in_parts(session, item, owner, notify, burn_rules)
         except LostPartition as exc:
             lost.append(exc.runner)
             continue
@@ -287,7 +313,8 @@ def _advance(session: Session, pending: Sequence[Pending], owner: str, now: date
     return [event for item in pending for event in item.events]
 
 
-def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify) -> list[poison.Quarantined]:
+def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify,
+           burn_rules: Sequence[str]) -> list[poison.Quarantined]:
     """The batches whole; the events whose evaluation raised are stored with their error and come back."""
     now = datetime.now(UTC)
     events = _advance(session, pending, owner, now)
@@ -295,15 +322,15 @@ def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Not
         repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
     results = _in_order([result for item in pending for result in item.results])
     for result in results:
-        record_result(session, result, now, notify)
+        record_result(session, result, now, notify, burn_rules)
     repository.mark_processed(session, [e.id for e in events], now)  # an embedded engine never redoes them
     evaluated = poison.evaluation_quarantined(results)
     poison.quarantine(session, evaluated, now)
     return evaluated
 
 
-def _write_in_parts(session: Session, item: Pending, owner: str,
-                    notify: Notify) -> tuple[list[poison.Quarantined], list[poison.Quarantined]]:
+def _write_in_parts(session: Session, item: Pending, owner: str, notify: Notify,
+                    burn_rules: Sequence[str]) -> tuple[list[poison.Quarantined], list[poison.Quarantined]]:
     """One partition's batch, one match or clear at a time (and its events one at a time if storing them all
     fails); (quarantined at evaluation, quarantined now: an event whose row is refused has none to mark)."""
     now = datetime.now(UTC)
@@ -311,6 +338,8 @@ def _write_in_parts(session: Session, item: Pending, owner: str,
     refused = poison.store_events(session, events, now) if events else []
     results = _in_order(item.results)
     bad = poison.once([*refused, *poison.write_in_parts(session, results, events, now, notify)])
+    # The counts are no part's fault: if they fail, the batch fails and is retried whole.
+    slo_store.record_sli(session, SliBatch.merge(r.sli for r in results), burn_rules)
     repository.mark_processed(session, [e.id for e in events], now)
     evaluated = poison.evaluation_quarantined(results)
     poison.quarantine(session, [*evaluated, *bad], now)

@@ -7,6 +7,10 @@ keys imply an equal value of any one field of the key, so a rule is partitioned 
 when the key has it, else `job`, else its first field); a rule with an empty key is fleet-wide (one partition).
 A key space is that field; each has P partitions (one for the fleet-wide space), and an event goes to the
 partition of each key space that has a rule reading its kind.
+
+A measured SLO (its `indicator:`) is counted per group of its `group_by`, so it has a key space too, chosen from
+`group_by` the same way; its request kind is routed there, and only that space's partitions count it: each
+request is counted once, in the one partition holding its group (engine/fleet/slis.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, replace
 from gpuslo.engine.errors import ConfigError
 from gpuslo.engine.events import Event
 from gpuslo.engine.rulebook.model import Absence, Rule, Rulebook, SingleEvent, rule_patterns
+from gpuslo.engine.slo.model import Sli
 
 SUBJECT_ROOT = "gpuslo.ev"
 FLEET_SPACE = "fleet"  # the key space of rules with an empty key: one partition
@@ -32,7 +37,25 @@ def rule_key(rule: Rule) -> tuple[str, ...]:
 
 def space_of(rule: Rule) -> str:
     """The field a rule is partitioned by ("fleet" when its key is empty)."""
-    key = rule_key(rule)
+    return _space(rule_key(rule))
+
+
+def sli_space(sli: Sli) -> str:
+    """The field an SLI is counted by: one of its group_by ("fleet" when it has none)."""
+    return _space(sli.group_by)
+
+
+def slis_of(rulebooks: Sequence[Rulebook]) -> tuple[Sli, ...]:
+    """The measured SLIs, one per SLO id (the first rulebook that measures it, as the counter loads them)."""
+    found: dict[str, Sli] = {}
+    for rulebook in rulebooks:
+        for slo in rulebook.slos.values():
+            if slo.indicator is not None:
+                found.setdefault(slo.id, slo.indicator)
+    return tuple(found.values())
+
+
+def _space(key: tuple[str, ...]) -> str:
     for field in _PREFERRED:
         if field in key:
             return field
@@ -51,6 +74,7 @@ class Partition:
     space: str
     index: int
     number: int  # unique across the routing table; the advisory lock's key
+    partitions: int  # how many its key space has
 
     @property
     def name(self) -> str:
@@ -84,6 +108,8 @@ class RoutingTable:
         for rulebook in rulebooks:
             for rule in rulebook.rules:
                 kinds.setdefault(space_of(rule), set()).update(p.kind for p in rule_patterns(rule))
+        for sli in slis_of(rulebooks):
+            kinds.setdefault(sli_space(sli), set()).add(sli.kind)
         return cls(tuple(KeySpace(space, 1 if space == FLEET_SPACE else partitions, frozenset(found))
                          for space, found in sorted(kinds.items())))
 
@@ -91,7 +117,7 @@ class RoutingTable:
         found, number = [], 0
         for space in self.spaces:
             for index in range(space.partitions):
-                found.append(Partition(space.field, index, number))
+                found.append(Partition(space.field, index, number, space.partitions))
                 number += 1
         return tuple(found)
 
@@ -100,8 +126,8 @@ class RoutingTable:
         found, number = [], 0
         for space in self.spaces:
             if event.kind in space.kinds:
-                found.append(Partition(space.field, partition_index(event, space), number + partition_index(
-                    event, space)))
+                index = partition_index(event, space)
+                found.append(Partition(space.field, index, number + index, space.partitions))
             number += space.partitions
         return tuple(found)
 
@@ -122,16 +148,24 @@ class RoutingTable:
 def partition_index(event: Event, space: KeySpace) -> int:
     """Stable across processes and Python versions (crc32, never hash()); an event without the field goes to a
     fixed partition, where its key-less matches meet."""
-    if space.partitions == 1:
+    return value_index(event.get(space.field), space.partitions)
+
+
+def value_index(value: object, partitions: int) -> int:
+    """The partition of one value of a space's field (an event's, or one parsed back from a stored group key:
+    a group key spells a value as str() does, and None as empty)."""
+    if partitions == 1:
         return 0
-    value = event.get(space.field)
     text = "" if value is None else str(value)
-    return zlib.crc32(text.encode()) % space.partitions
+    return zlib.crc32(text.encode()) % partitions
 
 
 def rulebooks_for(rulebooks: Sequence[Rulebook], space: str) -> tuple[Rulebook, ...]:
-    """The rulebooks with only the rules of one key space (what a partition's evaluator runs)."""
-    return tuple(replace(rulebook, rules=tuple(r for r in rulebook.rules if space_of(r) == space))
+    """The rulebooks with only the rules of one key space, and only its SLIs measured (the other SLOs stay,
+    text only): what a partition's evaluator runs."""
+    return tuple(replace(rulebook, rules=tuple(r for r in rulebook.rules if space_of(r) == space),
+                         slos={name: slo if slo.indicator is None or sli_space(slo.indicator) == space
+                               else replace(slo, indicator=None) for name, slo in rulebook.slos.items()})
                  for rulebook in rulebooks)
 
 

@@ -16,8 +16,9 @@ from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import ConfigError, GpusloError
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
 from gpuslo.engine.fleet.ownership import Ownership
-from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, store_batches
+from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, StoreAbandoned, store_batches
 from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
+from gpuslo.engine.fleet.slis import burn_rule_ids
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
@@ -51,6 +52,8 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.rulebooks = _load(settings)
         self.table = RoutingTable.of(self.rulebooks, fleet.partitions)
+        self._burn_rules = burn_rule_ids(self.rulebooks)
+        self._stop = threading.Event()  # run()'s: a batch that cannot be stored is abandoned when it is set
         self._partitions = {p.number: p for p in self.table.all_partitions()}
         alerts = load_alerts_config(settings.alerts_config) if settings.alerts_config else None
         self._notify = Notifier(alerts, settings.public_url)  # the outbox rows, as the embedded core writes them
@@ -64,7 +67,9 @@ class Worker:
         self._bus.put_routes(self.table)
 
     def run(self, stop: threading.Event) -> None:
-        """Work until `stop` is set; partitions are given back (locks released) on the way out."""
+        """Work until `stop` is set; partitions are given back (locks released) on the way out. A batch that
+        cannot be stored when `stop` is set is abandoned: its partitions' next owner reads it again."""
+        self._stop = stop
         next_rebalance = 0.0
         try:
             while not stop.is_set():
@@ -72,6 +77,8 @@ class Worker:
                     self.rebalance()
                     next_rebalance = time.monotonic() + self._fleet.rebalance_s
                 self.step()
+        except StoreAbandoned as exc:
+            log.warning("worker %s: %s", self._fleet.name, exc)
         finally:
             for number in list(self.runners):
                 self._drop(number)
@@ -87,7 +94,8 @@ class Worker:
         batches = self._bus.take_all(readers, self._fleet.partition.batch, self._fleet.fetch_timeout_s)
         pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
                    if p is not None]
-        for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics):
+        for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics,
+                                    burn_rules=self._burn_rules, stop=self._stop):
             log.warning("worker %s: partition %s was written by another owner; giving it up", self._fleet.name,
                         runner.partition.name)
             self._drop(runner.partition.number, unlock=True)

@@ -47,6 +47,22 @@ class SliBatch:
     deltas: dict[Bucket, list[int]] = field(default_factory=dict)
     bad: tuple[BadRequest, ...] = ()
 
+    @staticmethod
+    def merge(batches: Iterable[SliBatch | None]) -> SliBatch | None:
+        """Several batches' counts as one, in new lists (storing adds the attributed counts to them: a retried
+        transaction must start from the counts as evaluated); None when none counted anything."""
+        deltas: dict[Bucket, list[int]] = {}
+        bad: list[BadRequest] = []
+        for batch in batches:
+            if batch is None:
+                continue
+            for bucket, counts in batch.deltas.items():
+                found = deltas.setdefault(bucket, [0, 0])
+                found[0] += counts[0]
+                found[1] += counts[1]
+            bad += batch.bad
+        return SliBatch(deltas, tuple(bad)) if deltas else None
+
 
 @dataclass(frozen=True)
 class GroupFigures:
@@ -143,6 +159,7 @@ class SloCounter:
         self._tracked: dict[tuple[Any, ...], _Tracked] = {}
         self._deltas: dict[Bucket, list[int]] = {}
         self._bad: list[BadRequest] = []
+        self._replaying = False
         self.capped = 0  # requests of groups beyond MAX_GROUPS (counted in the store, no burn alerts)
 
     @property
@@ -171,10 +188,32 @@ class SloCounter:
         self._tracked = tracked
         self._by_kind = {kind: tuple(items) for kind, items in by_kind.items()}
 
+    def seed(self, seed: SloSeed) -> None:
+        """Add `seed(sli)`'s stored buckets to every tracked SLI (a fleet partition's new owner, before its
+        first event: the running sums as stored at its offset)."""
+        for tracked in self._tracked.values():
+            self._seed(tracked, seed)
+
+    def replaying(self, on: bool) -> None:
+        """While on, requests count nothing and fire nothing (their counts are stored and seeded already); each
+        group only learns its last request, which a quiet group's catch-up evaluates with."""
+        self._replaying = on
+
+    def restore_firing(self, firing: Iterable[tuple[str, str]]) -> None:
+        """Mark the burn alerts whose violations are open, as (alert rule id, group key), firing again in the
+        groups this counter holds, so that the next evaluation clears them or keeps them (never opens twice)."""
+        wanted = set(firing)
+        for tracked in self._tracked.values():
+            for alert in tracked.sli.policy:
+                rule_id = tracked.sli.alert_rule_id(alert)
+                for key, group in tracked.groups.items():
+                    if (rule_id, key) in wanted:
+                        group.firing.add(alert.name)
+
     def _seed(self, tracked: _Tracked, seed: SloSeed) -> None:
         rows = sorted(seed(tracked.sli), key=lambda row: row[1])
         for key, minute, good, total in rows:
-            group = tracked.group(None, key, _parse_key(key, tracked.sli.group_by), minute)
+            group = tracked.group(None, key, parse_key(key, tracked.sli.group_by), minute)
             if group is not None:
                 group.ring.add(minute, good, total)
 
@@ -188,6 +227,9 @@ class SloCounter:
         for tracked in tracked_list:
             compiled = tracked.compiled
             if not compiled.is_request(event):
+                continue
+            if self._replaying:
+                self._replayed(tracked, event, timestamp, minute)
                 continue
             good = compiled.is_good(event)
             key, values = tracked.key_of(event)
@@ -214,6 +256,13 @@ class SloCounter:
             if can_start or group.firing:
                 matches += self._evaluate(tracked, group, event, clears, can_start)
         return matches
+
+    @staticmethod
+    def _replayed(tracked: _Tracked, event: Event, timestamp: float, minute: int) -> None:
+        key, values = tracked.key_of(event)
+        group = tracked.groups.get(key) or tracked.group(event, key, values, minute)
+        if group is not None and timestamp >= group.last_s:
+            group.last, group.last_s = event, timestamp
 
     def catch_up(self, watermark: float, clears: list[Clear]) -> list[Match]:
         """At a batch's end: groups with firing alerts move on to the stream's time, so a quiet group resolves."""
@@ -269,7 +318,7 @@ class SloCounter:
         return found
 
 
-def _parse_key(key: str, names: tuple[str, ...]) -> dict[str, Any]:
+def parse_key(key: str, names: tuple[str, ...]) -> dict[str, Any]:
     """The group mapping back from its key (`endpoint=http://x,model=m`), knowing the names in order."""
     if not names:
         return {}

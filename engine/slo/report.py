@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.slo.counter import _parse_key, window_start_minute
+from gpuslo.engine.slo.counter import parse_key, window_start_minute
 from gpuslo.engine.slo.figures import figures
 from gpuslo.engine.slo.maths import budget_remaining, burn_rate, exhaustion_s
 from gpuslo.engine.slo.model import BUCKET_S, LOOKBACKS, Sli
@@ -106,7 +106,7 @@ def slo_groups(session: Session, slis: Sequence[Sli]) -> list[SloGroup]:
         now, sums_by_key = found[sli.slo_id]
         for key, sums in sorted(sums_by_key.items()):
             window = sums.get("window", [0, 0, 0])
-            groups.append(SloGroup(slo_group_id(sli.slo_id, key), sli, key, _parse_key(key, sli.group_by), now,
+            groups.append(SloGroup(slo_group_id(sli.slo_id, key), sli, key, parse_key(key, sli.group_by), now,
                                    window[0], window[1], window[2],
                                    {name: (sums.get(name, [0, 0])[0], sums.get(name, [0, 0])[1])
                                     for name, _ in LOOKBACKS}))

@@ -87,6 +87,24 @@ class NatsCluster:
                 node.process = None
 
 
+def wait_jetstream(urls: list[str], timeout: float = 60.0) -> None:
+    """Until the stream has a leader (and is created, when missing). While the cluster elects one, JetStream
+    requests go unanswered: a client with a 1 s request timeout asks again every 1.5 s, where the usual client
+    would wait out 10 s for each unanswered request."""
+    from gpuslo.engine.fleet.bus import Bus, StreamSettings
+
+    ready = Bus(urls, name="fleet-test-ready", timeout_s=1.0)
+    try:
+        ready.ensure_stream(StreamSettings(replicas=3))
+        deadline = time.monotonic() + timeout
+        while not ready.stream_leader():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the stream had no leader within {timeout}s")
+            time.sleep(0.2)
+    finally:
+        ready.close()
+
+
 def _wait_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,22 +33,32 @@ ALERTS = ('receivers:\n  - {name: hook, type: webhook, allow_private_network: tr
 
 
 @contextmanager
-def postgres_database(label: str) -> Iterator[Database]:
-    """A fresh, migrated PostgreSQL database, dropped afterwards (as tests/conftest.py makes them)."""
+def postgres_database(label: str, template: str | None = None) -> Iterator[Database]:
+    """A fresh, migrated PostgreSQL database, dropped afterwards (as tests/conftest.py makes them); a copy of
+    `template` (a database postgres_template migrated) when given, which skips the migrations."""
     admin_url = make_url(POSTGRES_URL)
     name = f"gpuslo_fleet_{label}_{os.getpid()}_{secrets.token_hex(3)}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     database = Database(admin_url.set(database=name).render_as_string(hide_password=False))
     try:
-        database.upgrade()
+        if template is None:
+            database.upgrade()
         yield database
     finally:
         database.dispose()
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@contextmanager
+def postgres_template() -> Iterator[str]:
+    """A migrated database nobody connects to, for postgres_database(template=) to copy; its name."""
+    with postgres_database("template") as database:
+        database.dispose()  # CREATE DATABASE … TEMPLATE needs the template without connections
+        yield make_url(database.url).database or ""
 
 
 def fleet_events(hosts: int = 18, minutes: int = 20) -> list[dict[str, Any]]:
@@ -174,6 +184,20 @@ def owned_partitions(database: Database) -> dict[str, int]:
     return {str(name).removeprefix("fleet-"): int(count) for name, count in rows}
 
 
+def kill_mid_batch(worker: WorkerProcess, database: Database, timeout: float = 30.0) -> None:
+    """SIGKILL the worker while one of its transactions has written and not committed (a batch in flight)."""
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name "
+                 "AND backend_xid IS NOT NULL")
+    deadline = time.monotonic() + timeout
+    with database.engine.connect() as connection:
+        while time.monotonic() < deadline:
+            if connection.execute(query, {"name": f"fleet-{worker.name}"}).scalar():
+                worker.kill()
+                return
+            connection.rollback()
+    raise AssertionError(f"worker {worker.name} never had a batch in flight within {timeout}s")
+
+
 def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -> float:
     """Seconds until `condition()` held; AssertionError naming `what` after `timeout`."""
     started = time.monotonic()
@@ -184,8 +208,10 @@ def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.1) -
     raise AssertionError(f"{what}: not within {timeout:.0f}s")
 
 
-def reference_run(events: list[dict[str, Any]], folder: Path) -> Stored:
-    """The same events through the embedded single process (`gpuslo serve`'s core on SQLite)."""
+def reference_run(events: list[dict[str, Any]], folder: Path,
+                  read: Callable[[Database], Any] = lambda database: stored(database)) -> Any:
+    """The same events through the embedded single process (`gpuslo serve`'s core on SQLite); what `read`
+    finds in its database (by default `stored`)."""
     from gpuslo.engine.config import Settings
     from gpuslo.engine.core import Gpuslo
     from gpuslo.engine.metrics import Metrics
@@ -207,7 +233,7 @@ def reference_run(events: list[dict[str, Any]], folder: Path) -> Stored:
         for start in range(0, len(events), 100):
             core.ingest(events[start:start + 100])
             assert core.wait_idle(60)
-        return stored(database)
+        return read(database)
     finally:
         core.close()
         if where != folder:

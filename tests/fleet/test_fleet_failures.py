@@ -9,12 +9,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fleet_cluster_support import NatsCluster
+from fleet_cluster_support import NatsCluster, wait_jetstream
 from fleet_support import (
     RULES,
     WorkerProcess,
     caught_up,
     fleet_events,
+    kill_mid_batch,
     owned_partitions,
     publish,
     reference_run,
@@ -31,20 +32,6 @@ from gpuslo.engine.store.db import Database
 
 PARTITIONS = 4
 REBALANCE_S = 5.0  # the stated bound: two rebalance intervals (1 s each), a replay, and a loaded machine's slack
-
-
-def _kill_mid_batch(worker: WorkerProcess, database: Database, timeout: float = 30.0) -> None:
-    """SIGKILL the worker while one of its transactions has written and not committed (a batch in flight)."""
-    query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name "
-                 "AND backend_xid IS NOT NULL")
-    deadline = time.monotonic() + timeout
-    with database.engine.connect() as connection:
-        while time.monotonic() < deadline:
-            if connection.execute(query, {"name": f"fleet-{worker.name}"}).scalar():
-                worker.kill()
-                return
-            connection.rollback()
-    raise AssertionError(f"worker {worker.name} never had a batch in flight within {timeout}s")
 
 
 def test_join_kill_worker_mid_batch_kill_nats_leader_restart_everything(
@@ -68,7 +55,7 @@ def test_join_kill_worker_mid_batch_kill_nats_leader_restart_everything(
                           "the partitions shared")
         # 1. A worker dies with a batch half-written; its partitions move to the other one.
         assert publish(publisher, first) == (0, 0)
-        _kill_mid_batch(workers[0], fleet_database)
+        kill_mid_batch(workers[0], fleet_database)
         killed_at = time.monotonic()
         assert publish(publisher, first[:300])[0] == 300  # an agent retrying: JetStream drops the copies
         wait_for(lambda: owned_partitions(fleet_database) == {"w2": total}, 30, "w2 taking w1's partitions")
@@ -88,6 +75,7 @@ def test_join_kill_worker_mid_batch_kill_nats_leader_restart_everything(
         cluster.start()
         for worker in workers:
             worker.start()
+        wait_jetstream(cluster.urls)  # the stream's election after the restart, without 10 s request timeouts
         publish(publisher, third)
         wait_for(lambda: caught_up(bus, fleet_database, table), 90, "the fleet catching up after the restart")
     finally:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from gpuslo.engine.config import Settings
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.fleet.bus import Bus, Delivered, StreamSettings
-from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, store_batches
+from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, StoreAbandoned, store_batches
 from gpuslo.engine.fleet.publish import Publisher
 from gpuslo.engine.fleet.routing import RoutingTable, rulebooks_for
 from gpuslo.engine.fleet.worker import Worker, WorkerSettings
@@ -65,7 +65,8 @@ def _running(bus: Bus, database: Database, metrics: Metrics) -> Iterator[Worker]
     thread = threading.Thread(target=worker.run, args=(stop,), name="fleet-worker", daemon=True)
     thread.start()
     try:
-        wait_for(lambda: len(worker.runners) == 4, 20, "the worker owns every partition")  # 2 per key space
+        wait_for(lambda: len(worker.runners) == len(worker.table.all_partitions()), 20,
+                 "the worker owns every partition")  # 2 per key space
         yield worker
     finally:
         stop.set()
@@ -261,6 +262,48 @@ def test_while_the_database_is_down_nothing_is_quarantined_and_the_batch_is_stor
     _check_stored_all(fleet_database, events)
     assert _metric(metrics, "gpuslo_events_quarantined_total", stage="store") == 0
     assert _metric(metrics, "gpuslo_events_quarantined_total", stage="evaluate") == 0
+
+
+def test_a_worker_told_to_stop_while_the_database_is_down_abandons_the_batch_and_stores_nothing(
+        bus: Bus, fleet_database: Database) -> None:
+    url = make_url(fleet_database.url)
+    proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))  # never up: the database stays away
+    through = Database(url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False))
+    rulebooks = load_directory(RULES)[0]
+    partition = next(p for p in RoutingTable.of(rulebooks, 1).all_partitions() if p.space == "host")
+    metrics = Metrics()
+    runner = PartitionRunner(partition, rulebooks_for(rulebooks, partition.space), bus=bus, database=fleet_database,
+                             owner="stop-test", notify=lambda *_: None, metrics=metrics, settings=PartitionSettings())
+    events = [_xid(f"s-{i}", f"node-{i % 3}", i) for i in range(6)]
+    pending = runner.evaluate([Delivered(i + 1, datetime.now(UTC), orjson.dumps(e)) for i, e in enumerate(events)])
+    assert pending is not None
+    stop = threading.Event()
+    outcome: list[BaseException | list[PartitionRunner]] = []
+
+    def storing() -> None:
+        try:
+            outcome.append(store_batches(through, [pending], "stop-test", lambda *_: None, metrics, stop=stop))
+        except BaseException as exc:  # noqa: BLE001  # what it raised is the test's subject
+            outcome.append(exc)
+
+    thread = threading.Thread(target=storing, daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: _metric(metrics, "gpuslo_engine_errors_total", reason="store") >= 3, 30,
+                 "store_batches retrying while the database is down")
+        stop.set()
+        thread.join(30)  # a bound on the wait, not a timing assertion: it must end, however long it took
+        assert not thread.is_alive(), "store_batches kept retrying after the stop signal"
+    finally:
+        stop.set()
+        proxy.close()
+        through.dispose()
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreAbandoned), outcome
+    assert runner.offset.seq == 0 and runner.offset.version == 0  # the offset stays: the next owner reads it again
+    with fleet_database.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM events")).scalar_one() == 0
+        assert connection.execute(text("SELECT count(*) FROM fleet_partitions")).scalar_one() == 0
+    assert _metric(metrics, "gpuslo_events_quarantined_total", stage="store") == 0
 
 
 def _check_stored_all(database: Database, events: list[dict[str, Any]]) -> None:
