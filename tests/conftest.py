@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import itertools
-import os
-import secrets
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from postgres_support import scratch_database
+from sqlalchemy import text
 
 from gpuslo.engine.events import Event, format_time, parse_event
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.models import Base
 
-POSTGRES_URL = os.environ.get("GPUSLO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 EVENT_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 # ---- databases ----------------------------------------------------------------------------------------
@@ -28,31 +24,8 @@ EVENT_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[Database]:
     """A fresh PostgreSQL database for this test session, migrated once and dropped at the end."""
-    admin_url = make_url(POSTGRES_URL)
-    name = f"gpuslo_test_{os.getpid()}_{secrets.token_hex(4)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    unreachable = None
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        admin.dispose()
-        unreachable = str(exc.orig).strip().splitlines()[0]
-    if unreachable is not None:
-        pytest.fail(
-            f"PostgreSQL is not reachable at {admin_url!r}: {unreachable}. "
-            "Start it or set GPUSLO_TEST_POSTGRES_URL; the PostgreSQL tests are never skipped.",
-            pytrace=False,
-        )
-    database = Database(admin_url.set(database=name).render_as_string(hide_password=False))
-    try:
-        database.upgrade()
+    with scratch_database("test") as database:
         yield database
-    finally:
-        database.dispose()
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _delete_all_rows(database: Database) -> None:

@@ -4,7 +4,6 @@ a PostgreSQL database of their own, and what a run stored, in a form two runs ca
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from postgres_support import scratch_database
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from gpuslo.engine.events import format_time
@@ -27,30 +27,17 @@ from gpuslo.engine.store.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"
-POSTGRES_URL = os.environ.get("GPUSLO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
 ALERTS = ('receivers:\n  - {name: hook, type: webhook, allow_private_network: true, allow_http: true, '
           'url: "http://127.0.0.1:9/never-delivered"}\nroutes:\n  - {receivers: [hook]}\n')
 
 
 @contextmanager
 def postgres_database(label: str, template: str | None = None) -> Iterator[Database]:
-    """A fresh, migrated PostgreSQL database, dropped afterwards (as tests/conftest.py makes them); a copy of
-    `template` (a database postgres_template migrated) when given, which skips the migrations."""
-    admin_url = make_url(POSTGRES_URL)
-    name = f"gpuslo_fleet_{label}_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
-    database = Database(admin_url.set(database=name).render_as_string(hide_password=False))
-    try:
-        if template is None:
-            database.upgrade()
+    """A fresh, migrated PostgreSQL database, dropped afterwards; a copy of `template` (a database
+    postgres_template migrated) when given, which skips the migrations."""
+    with scratch_database(f"fleet_{label}", template) as database:
         yield database
-    finally:
-        database.dispose()
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @contextmanager
