@@ -50,3 +50,16 @@ def test_read_events_reports_a_bad_line_with_json_loads_reason(tmp_path: Path):
     with pytest.raises(json.JSONDecodeError) as expected:
         json.loads(b"[1,]")
     assert bad.reason == f"not JSON: {expected.value}"
+
+
+def test_read_events_reports_every_byte_read_in_few_calls(tmp_path: Path):
+    path = tmp_path / "events.jsonl"
+    line = json.dumps({"id": "e", "kind": "token_stall", "time": "2026-01-01T00:00:00Z", "host": "h",
+                       "attrs": {"gap_ms": 300}})
+    path.write_text("".join(line.replace('"e"', f'"e{i}"') + "\n" + ("\n" if i % 7 == 0 else "")
+                            for i in range(3000)))
+    heard: list[int] = []
+    with path.open("rb") as stream:
+        events = list(read_events(stream, heard.append))
+    assert len(events) == 3000 and not any(isinstance(e, BadLine) for e in events)
+    assert sum(heard) == path.stat().st_size and len(heard) == 4  # 3,429 lines: 3 full thousands and the rest

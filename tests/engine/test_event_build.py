@@ -12,7 +12,7 @@ from types import MappingProxyType
 import pytest
 
 from gpuslo.engine.errors import EventError
-from gpuslo.engine.event_checks import parse_time
+from gpuslo.engine.event_checks import parse_time, value_problems, values_clean
 from gpuslo.engine.events import Event, parse_event
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -74,3 +74,14 @@ def test_a_bad_time_is_refused_with_parse_times_reason(sent: str):
     with pytest.raises(EventError) as refused:
         parse_event({"id": "e1", "kind": "token_stall", "time": sent, "host": "h1", "attrs": {"gap_ms": 300}})
     assert str(expected.value) in str(refused.value)
+
+
+VALUES = ["plain", "caf\u00e9", "nul\x00here", "\u202eright-to-left", "bell\x07", "\ud800", "", 0, 1.5,
+          float("nan"), float("inf"), -float("inf"), True, None, 10**30]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_values_clean_agrees_with_value_problems_at_every_place(value: object):
+    for obj in ({"id": "e", "message": value}, {"id": "e", "labels": {"team": value}},
+                {"id": "e", "attrs": {"a": 1, "b": value}}, {"id": value, "attrs": {}}):
+        assert values_clean(obj) == (value_problems(obj) == []), obj
