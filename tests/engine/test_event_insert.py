@@ -14,7 +14,7 @@ from sqlalchemy.dialects import sqlite
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event, canonical_json, parse_event
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.event_insert import EVENT_COLUMNS, sqlite_time
+from gpuslo.engine.store.event_insert import EVENT_COLUMNS, _stored_ids_sqlite, sqlite_time, stored_ids
 from gpuslo.engine.store.models import EventRow
 from gpuslo.engine.store.read_models import EventFilter
 from gpuslo.engine.store.repository import event_bodies, list_events, store_events, unprocessed_events
@@ -135,3 +135,17 @@ def test_bodies_that_do_not_match_the_events_are_refused(database: Database) -> 
     with pytest.raises(StoreError, match="1 bodies for 2 events"), database.session() as session:
         store_events(session, batch, bodies=event_bodies(batch[:1]))
     assert _raw_rows(database) == {}
+
+
+def test_sqlites_driver_sql_finds_the_ids_sqlalchemys_statement_finds(tmp_path) -> None:
+    database = Database(f"sqlite:///{tmp_path / 'ids.db'}")
+    database.upgrade()
+    try:
+        with database.session() as session:
+            store_events(session, [_event(f"i{n}") for n in range(0, 1200, 2)], now=RECEIVED)
+        asked = [f"i{n}" for n in range(1200)] + ["i'; DROP TABLE events; --", "i0"]
+        with database.session(readonly=True) as session:
+            found = _stored_ids_sqlite(session, asked)
+            assert found == stored_ids(session, asked) and len(found) == 600
+    finally:
+        database.dispose()
