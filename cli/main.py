@@ -8,18 +8,7 @@ from typing import Any
 
 import click
 
-from gpuslo.cli.agent import agent
-from gpuslo.cli.alerts import alerts
-from gpuslo.cli.credentials import api_tokens, tokens_alias, users
-from gpuslo.cli.probe_logs import logs_command
-from gpuslo.cli.probe_tokens import tokens_command
-from gpuslo.cli.rules_test import rules_test
-from gpuslo.cli.silences import silences
-from gpuslo.cli.slo import slo
-from gpuslo.cli.slos_client import slos
-from gpuslo.cli.stalls import stalls
-from gpuslo.cli.violations import violations
-from gpuslo.cli.worker import worker
+from gpuslo.cli.lazy_commands import make_lazy
 from gpuslo.engine.config import Settings, load_settings
 from gpuslo.engine.errors import GpusloError
 
@@ -202,21 +191,22 @@ def mcp(ctx: click.Context, server: str | None, token: str | None, transport: st
         build_server(client, host=host or "127.0.0.1", port=int(port)).run("streamable-http")
 
 
-# Commands written in their own modules.
-main.add_command(violations)
-main.add_command(silences)
-main.add_command(slos)
-main.add_command(agent)
-main.add_command(alerts)
-probe.add_command(logs_command)
-probe.add_command(tokens_command)
-rules.add_command(rules_test)
-main.add_command(api_tokens)
-main.add_command(tokens_alias)  # hidden: the old name, for one release
-main.add_command(users)
-main.add_command(slo)
-main.add_command(stalls)
-main.add_command(worker)
+# Commands written in their own modules, imported when run (or listed by --help): start-up stays small.
+make_lazy(main, {
+    "violations": "gpuslo.cli.violations:violations",
+    "silences": "gpuslo.cli.silences:silences",
+    "slos": "gpuslo.cli.slos_client:slos",
+    "agent": "gpuslo.cli.agent:agent",
+    "alerts": "gpuslo.cli.alerts:alerts",
+    "api-tokens": "gpuslo.cli.credentials:api_tokens",
+    "tokens": "gpuslo.cli.credentials:tokens_alias",  # hidden: the old name, for one release
+    "users": "gpuslo.cli.credentials:users",
+    "slo": "gpuslo.cli.slo:slo",
+    "stalls": "gpuslo.cli.stalls:stalls",
+    "worker": "gpuslo.cli.worker:worker",
+})
+make_lazy(probe, {"logs": "gpuslo.cli.probe_logs:logs_command", "tokens": "gpuslo.cli.probe_tokens:tokens_command"})
+make_lazy(rules, {"test": "gpuslo.cli.rules_test:rules_test"})
 
 
 if __name__ == "__main__":  # `python -m gpuslo.cli.main`, as the MCP test starts it

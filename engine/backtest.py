@@ -11,6 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import orjson
+
 from gpuslo.engine import transitions
 from gpuslo.engine.clock import BACKTEST, Feed
 from gpuslo.engine.errors import EventError, GpusloError
@@ -22,6 +24,10 @@ from gpuslo.engine.transitions import ViolationState
 from gpuslo.engine.violations import Match
 
 _RECENT_IDS = 100_000  # duplicate ids are skipped as ingest would; bounded like the runtime's memory of ids
+# orjson turns integers beyond 64 bits into floats where json.loads keeps them exact: such an integer has at
+# least 19 digits in a row, which a translate and a substring search find in a fraction of a parse's time.
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_DIGIT_RUN = b"0" * 19
 
 
 class BacktestError(GpusloError):
@@ -109,14 +115,20 @@ class _Folder:
 
 
 def read_events(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[Event | BadLine]:
-    """Events of a JSON Lines stream in file order; blank lines are skipped, bad ones yielded as BadLine."""
+    """Events of a JSON Lines stream in file order; blank lines are skipped, bad ones yielded as BadLine.
+    `on_bytes` hears the bytes read every 1,024 lines and at the end (a progress bar's update per line cost
+    more than a line's JSON decode)."""
+    unreported = 0
     for number, raw in enumerate(stream, start=1):
         if on_bytes is not None:
-            on_bytes(len(raw))
+            unreported += len(raw)
+            if not number & 1023:
+                on_bytes(unreported)
+                unreported = 0
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = _loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             yield BadLine(number, f"not JSON: {exc}")
             continue
@@ -124,6 +136,20 @@ def read_events(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None)
             yield parse_event(obj)
         except EventError as exc:
             yield BadLine(number, f"not a valid event: {exc}")
+    if on_bytes is not None and unreported:
+        on_bytes(unreported)
+
+
+def _loads(raw: bytes) -> Any:
+    """`json.loads(raw)`, through orjson where it gives the same value (~2x faster): a line it refuses (NaN, a
+    BOM, UTF-16, lone surrogates, bad JSON) or one with a 19-digit run goes to json.loads, for its value or its
+    error. Both keep the last of repeated keys."""
+    if _LONG_DIGIT_RUN not in raw.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
 
 
 def backtest(path: Path, rulebook_sets: Sequence[Sequence[Rulebook]], *, lateness_s: float = 60.0,

@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -355,19 +355,44 @@ def parse_event(obj: object) -> Event:
     if not (isinstance(obj, dict) and _ENVELOPE_OK(obj) and _ATTRS_OK[obj["kind"]](obj.get("attrs", {}))
             and values_clean(obj)):
         obj = _require_valid(obj)
-    kind = obj["kind"]
-    moment, problem = time_problem(obj["time"])
-    if moment is None:
-        raise EventError([problem] if problem else [])
     sent = obj["time"]
-    return Event(
-        id=obj["id"], kind=kind, time=moment, host=obj["host"], gpu=obj.get("gpu"),
-        gpu_uuid=obj.get("gpu_uuid"), pid=obj.get("pid"), job=obj.get("job"), rank=obj.get("rank"),
-        labels=MappingProxyType(dict(obj.get("labels") or {})), source=obj.get("source"),
-        attrs=MappingProxyType(dict(obj.get("attrs") or {})), message=obj.get("message"),
-        trace_id=obj.get("trace_id"), span_id=obj.get("span_id"),
-        time_sent=None if _PLAIN_UTC.fullmatch(sent) else sent,
-    )
+    plain = _PLAIN_UTC.fullmatch(sent) is not None
+    moment = _plain_utc_time(sent) if plain and sent.isascii() else None
+    if moment is None:
+        moment, problem = time_problem(sent)
+        if moment is None:
+            raise EventError([problem] if problem else [])
+    get = obj.get
+    labels, attrs = get("labels"), get("attrs")
+    return _built_event({
+        "id": obj["id"], "kind": obj["kind"], "time": moment, "host": obj["host"], "gpu": get("gpu"),
+        "gpu_uuid": get("gpu_uuid"), "pid": get("pid"), "job": get("job"), "rank": get("rank"),
+        "labels": MappingProxyType(dict(labels) if labels else {}), "source": get("source"),
+        "attrs": MappingProxyType(dict(attrs) if attrs else {}), "message": get("message"),
+        "trace_id": get("trace_id"), "span_id": get("span_id"), "time_sent": None if plain else sent,
+    })
+
+
+def _plain_utc_time(text: str) -> datetime | None:
+    """`datetime.fromisoformat` of a time in the plain UTC form (`_PLAIN_UTC`, ASCII), which it reads as
+    `parse_time` does (~4x faster); None where it refuses, and `time_problem` then says why."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+_FIELDS = tuple(f.name for f in fields(Event))
+_new_object = object.__new__
+
+
+def _built_event(values: dict[str, Any]) -> Event:
+    """`Event(**values)` for a parsed event, ~5x faster: the frozen dataclass's generated __init__ sets each of
+    its 16 fields through object.__setattr__; this fills the instance's __dict__ at once (Event has no slots,
+    no __post_init__ and no field of init=False: tests/engine/test_event_build.py checks they stay so)."""
+    event: Event = _new_object(Event)
+    event.__dict__.update(values)
+    return event
 
 
 def canonical_pci_bus(text: str) -> str | None:

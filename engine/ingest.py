@@ -92,8 +92,9 @@ class Ingest:
 
     def _store_batch(self, events: list[Event]) -> list[str | FieldProblem]:
         try:
+            bodies = repository.event_bodies(events)  # built before the transaction takes SQLite's write lock
             with self._database.session() as session:
-                return list(repository.store_events(session, events))
+                return list(repository.store_events(session, events, bodies=bodies))
         except Exception as exc:  # noqa: BLE001  # whatever the driver raises, the events are retried alone
             log.warning("storing a batch of %d events failed (%s); storing them one by one", len(events), exc)
             return self._store_each(events, exc)

@@ -67,11 +67,22 @@ def _check_page(operation: str, page: int, page_size: int) -> None:
 # ---- events -------------------------------------------------------------------------------------------
 
 
+def event_bodies(events: Sequence[Event]) -> list[str]:
+    """Each event's canonical JSON text, the stored body its hash digests (`store_events(bodies=...)`): a writer
+    builds them before it opens its transaction, so SQLite's one write lock is not held while they are built."""
+    return [canonical_json(event.to_dict()) for event in events]
+
+
 @store_operation
-def store_events(session: Session, events: Sequence[Event], *, now: datetime | None = None) -> list[str]:
-    """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict."""
+def store_events(session: Session, events: Sequence[Event], *, now: datetime | None = None,
+                 bodies: Sequence[str] | None = None) -> list[str]:
+    """Store new events; one status per event, in order: accepted, duplicate (same id and body), conflict.
+    `bodies`: `event_bodies(events)`, when the caller built them already (outside the transaction)."""
     # The canonical text is both what the hash digests and the stored body: one serialization per event.
-    bodies = [canonical_json(event.to_dict()) for event in events]
+    if bodies is None:
+        bodies = event_bodies(events)
+    elif len(bodies) != len(events):
+        raise StoreError(f"store_events: {len(bodies)} bodies for {len(events)} events")
     hashes = [text_digest(body) for body in bodies]
     first: dict[str, int] = {}
     for index, event in enumerate(events):

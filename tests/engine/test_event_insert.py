@@ -14,10 +14,10 @@ from sqlalchemy.dialects import sqlite
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event, canonical_json, parse_event
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.event_insert import EVENT_COLUMNS, sqlite_time
+from gpuslo.engine.store.event_insert import EVENT_COLUMNS, _stored_ids_sqlite, sqlite_time, stored_ids
 from gpuslo.engine.store.models import EventRow
 from gpuslo.engine.store.read_models import EventFilter
-from gpuslo.engine.store.repository import list_events, store_events, unprocessed_events
+from gpuslo.engine.store.repository import event_bodies, list_events, store_events, unprocessed_events
 
 RECEIVED = datetime(2026, 11, 29, 14, 0, 0, 250, tzinfo=timezone(timedelta(hours=2)))
 
@@ -114,3 +114,38 @@ def test_naive_event_time_is_refused_and_nothing_is_written(database: Database) 
     with pytest.raises(StoreError, match="naive datetime"), database.session() as session:
         store_events(session, [_event("ok"), naive])
     assert _raw_rows(database) == {}
+
+
+def test_bodies_built_before_the_transaction_store_the_same_rows(database: Database) -> None:
+    with database.session() as session:
+        store_events(session, [_event("b2")], now=RECEIVED)
+    batch = [_event(f"b{i}") for i in range(5)] + [_event("b1"), _event("b2", host="other")]
+    with database.session() as session:
+        statuses = store_events(session, batch, now=RECEIVED, bodies=event_bodies(batch))
+    assert statuses == ["accepted", "accepted", "duplicate", "accepted", "accepted", "duplicate", "conflict"]
+    with database.engine.connect() as connection:
+        stored = dict(connection.execute(text("SELECT id, body_hash FROM events")).tuples().all())
+    assert stored == {e.id: e.body_hash() for e in batch[:5]}
+    with database.session(readonly=True) as session:
+        assert sorted((r.event for r in unprocessed_events(session, 10)), key=lambda e: e.id) == batch[:5]
+
+
+def test_bodies_that_do_not_match_the_events_are_refused(database: Database) -> None:
+    batch = [_event("c1"), _event("c2")]
+    with pytest.raises(StoreError, match="1 bodies for 2 events"), database.session() as session:
+        store_events(session, batch, bodies=event_bodies(batch[:1]))
+    assert _raw_rows(database) == {}
+
+
+def test_sqlites_driver_sql_finds_the_ids_sqlalchemys_statement_finds(tmp_path) -> None:
+    database = Database(f"sqlite:///{tmp_path / 'ids.db'}")
+    database.upgrade()
+    try:
+        with database.session() as session:
+            store_events(session, [_event(f"i{n}") for n in range(0, 1200, 2)], now=RECEIVED)
+        asked = [f"i{n}" for n in range(1200)] + ["i'; DROP TABLE events; --", "i0"]
+        with database.session(readonly=True) as session:
+            found = _stored_ids_sqlite(session, asked)
+            assert found == stored_ids(session, asked) and len(found) == 600
+    finally:
+        database.dispose()
