@@ -84,10 +84,24 @@ def _check_charts(page: Any, expected: int) -> list[dict[str, Any]]:
     return drawn
 
 
+def _token_series_replayed() -> int:
+    """Token series (host, GPU, endpoint, model) in the replayed recordings, read from the files themselves: the
+    tokens page draws one heatmap for each, at most 8."""
+    keys = set()
+    for path in INCIDENTS:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line) if line.strip() else {}
+            if event.get("kind") in ("token_latency", "token_stall"):
+                attrs = event.get("attrs") or {}
+                keys.add((event["host"], event.get("gpu"), attrs.get("endpoint"), attrs.get("model")))
+    return min(len(keys), 8)
+
+
 def _pages(base: str, violation_path: str) -> list[tuple[str, str, int]]:
     """(name, URL, charts on it)."""
     return [("violations", f"{base}/violations", 1), ("violation", f"{base}{violation_path}", 1),
-            ("tokens", f"{base}/charts/tokens", 4), ("memory", f"{base}/charts/memory?host=gpu-node-7", 4),
+            ("tokens", f"{base}/charts/tokens", _token_series_replayed()),
+            ("memory", f"{base}/charts/memory?host=gpu-node-7", 4),
             ("memory-vm", f"{base}/charts/memory?host=vm&gpu=0", 1), ("events", f"{base}/events", 0)]
 
 
