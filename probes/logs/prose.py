@@ -43,7 +43,8 @@ PLAIN_WORDS = 4  # this many plain words in front of the token, with no log stru
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
-_PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b")  # a number written as a placeholder: XX.XX
+# a number written as a placeholder: "XX.XX MiB", "XXXX bytes (total YYYY bytes)"
+_PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b|\b(?:[Xx]{2,}|[Yy]{2,}|[Nn]{3,})\s*(?:bytes?|[KMGT]i?B)\b")
 _TITLE_TAG = re.compile(r"^\s*\[(?:BUG|Bug|bug|Feature|FEATURE|Question|QUESTION|Usage|Doc|RFC|Help|help|Issue)\]")
 _DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.IGNORECASE)
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
@@ -54,6 +55,10 @@ _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
                         r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
                         r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
+# the second person and a verb: someone answering a report ("The error ... you encountered indicates ...")
+# (what happened to them, not advice: runtimes do print "You need to decrease ...")
+_ADDRESSED = re.compile(r"\b[Yy]ou\s+(?:(?:also|still|just|then|now|only|have)\s+)?"
+                        r"(?:encountered|saw|got|hit|met|observed|reported|are (?:seeing|getting|hitting))\b")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
@@ -63,7 +68,7 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     if line.text != line.raw.rstrip("\r\n"):
         return False  # the normaliser stripped a log prefix: a log line
     text = line.text
-    if _NARRATIVE.search(text):
+    if _NARRATIVE.search(text) or _ADDRESSED.search(text):
         return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
     if _SETTING.match(text):
         return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
@@ -111,8 +116,13 @@ _ARTICLES = frozenset({"the", "this", "that", "a", "an"})
 def _quoted_exception(before: str) -> bool:
     """Only plain words in front of an exception head ("The error message X: ..."), or an article ("The
     RuntimeError: CUDA error: ... is a common issue"): a sentence that quotes it."""
+    if _ARTICLE_END.search(before) and len(_WORD.findall(before)) >= 3:
+        return True  # "... it would trigger a RuntimeError: CUDA error: ...": an article makes it a noun
     return bool(_SENTENCE_START.fullmatch(before)) and (
         len(_WORD.findall(before)) >= 2 or before.strip().lower() in _ARTICLES)
+
+
+_ARTICLE_END = re.compile(r"(?:^|\s)(?:a|an|the)\s*$")
 
 
 # a quote after a space or an opener opens; after `=` it is a logfmt value (`condition="..."`), not a quotation

@@ -159,3 +159,21 @@ def find_status(text: str) -> tuple[str, int] | None:
         at, phrase = min(hits, key=lambda hit: (hit[0], -len(hit[1])))
         return _CUDA_ERRORS_LOWER[phrase]
     return None
+
+
+def _squash(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+# a status's own words without its naming scheme: "outofmemory" for cudaErrorMemoryAllocation's driver twin
+# CUDA_ERROR_OUT_OF_MEMORY, ManagedCuda's ErrorOutOfMemory and CUDAdrv's ERROR_OUT_OF_MEMORY alike
+_BY_SUFFIX = {
+    **{_squash(name[len("cudaError"):]): (name, code) for name, code in CUDA_ERRORS.values()},
+    **{_squash(enum[len("CUDA_ERROR_"):]): _BY_NAME[runtime] for enum, runtime in _DRIVER_ENUMS.items()},
+}
+
+
+def status_by_suffix(suffix: str) -> tuple[str, int] | None:
+    """The cudaError_t (name, code) whose words are `suffix` in any naming scheme: `OutOfMemory`,
+    `OUT_OF_MEMORY`, `IllegalAddress`, `ILLEGAL_ADDRESS`."""
+    return _BY_SUFFIX.get(_squash(suffix))
