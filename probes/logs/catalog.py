@@ -16,7 +16,7 @@ from gpuslo.probes.logs.families_cuda import (
     _capture_failed,
 )
 from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES, XID_FAMILIES
-from gpuslo.probes.logs.families_generic import GENERIC_FAMILIES
+from gpuslo.probes.logs.families_generic import _DISTINCT, GENERIC_FAMILIES
 from gpuslo.probes.logs.families_loss import LOSS_FAMILIES
 from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
@@ -39,7 +39,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
     b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
     b"Free memory on device", b"Internal: unable to create", b"Executor creation failed", b"/library version mismatch",
-    b"API mismatch: the client", b"Out of GPU", b"CUFFT", b"_STATUS_",
+    b"API mismatch: the client", b"Out of GPU", b"CUFFT", b"_STATUS_", b"XID", b"Xid",
 )
 
 
@@ -117,6 +117,10 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "library_status": ("CUFFT", "_STATUS_"), "scheme_status": ("Error", "ERROR_"),
     "oom_wording": ("ut of memory", "ut of GPU memory", "ut of device memory", "ut of Device memory",
                     "ut of CUDA memory", "ut of video memory", "nsufficient GPU memory", "OUT OF MEMORY"),
+    "cuda_code": ("rror", "RROR", "tatus", "esult", "ode"),
+    "library_number": (" failure", " error", " Error", " ERROR"),
+    "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
+    "any_xid": ("XID", "Xid"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
 

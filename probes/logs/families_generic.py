@@ -7,6 +7,11 @@ The specific families come first in the catalog; these take what is left, from t
   an OOM, the rest CUDA errors;
 - an NCCL call reported with an ncclGetErrorString text (`ncclBroadcast failed: unhandled cuda error`, as
   Horovod and TensorFlow print it) → nccl_error with the ncclResult_t it stands for;
+- a cudaError_t number after an error/status/result/code word on a line that names CUDA (`CUDA error(700)`,
+  `Cuda driver error 700`, `CUresult error result=2`, `... CUDA capable devices. Return status: 35`);
+- a library's failure number (`CUDNN failure 4000`, `CUBLAS error 13`, `CUDA failure 2`);
+- a distinctive cudaGetErrorString text (`an illegal memory access was encountered`) on a line naming CUDA;
+- an Xid number stated in any wording (`Detected XID 145 for GPU 0`, `Xid (PCI:0002:00:00): 119`);
 - an out-of-memory wording (`out of memory`, `Out of GPU memory`, `insufficient GPU memory`) on a line that
   names CUDA, a GPU or a CUDA allocation call.
 The look-alike rules (prose.py) judge these starts like any other.
@@ -17,8 +22,8 @@ from __future__ import annotations
 import re
 
 from gpuslo.probes.logs.families_cuda import _api, _cuda_gpu, _kind_for
-from gpuslo.probes.logs.patterns import Family, Found, _clean, _first, _first_rank, _int, _size
-from gpuslo.probes.logs.units import status_by_suffix
+from gpuslo.probes.logs.patterns import Family, Found, _clean, _first, _first_rank, _int, _pci, _size
+from gpuslo.probes.logs.units import CUBLAS_STATUS, CUDA_ERRORS, status_by_suffix, status_for_code
 
 _GPU_MARK = re.compile(r"CUDA|[Cc]uda|GPU|\bcu[A-Z]\w+|\bgpu\b|VRAM|[Dd]evice memory")
 
@@ -93,9 +98,101 @@ def _oom_wording(text: str) -> Found | None:
                  gpu=_cuda_gpu(text), rank=_first_rank(text))
 
 
+_CUDA_MARK = re.compile(r"CUDA|[Cc]uda|CUresult")
+# the number right after the word, not a line number (`:812`), a version (`12.1`) or a quantity (`2 GiB`)
+_CODE = re.compile(r"\b(?:[Ee]rror|ERROR|[Ss]tatus|[Rr]esult|[Cc]ode)\s*(?:code\s*)?(?:[=:#(]\s*\(?|\s+\(?)"
+                   r"(?P<code>\d{1,3})\b(?![.:/-]\d|\s*(?:%|[KMGT]i?B\b|bytes))")
+
+
+def _cuda_code(text: str) -> Found | None:
+    if not _CUDA_MARK.search(text):
+        return None
+    for match in _CODE.finditer(text):
+        number = int(match.group("code"))
+        status = status_for_code(number) if number > 1 else None
+        if status is not None:
+            name, code = status
+            kind = _kind_for(code)
+            return Found(kind, _clean({"error_name": name, "error_code": code, "api": _api(text),
+                                       "requested_bytes": _requested(text) if kind == "cuda_oom" else None}),
+                         gpu=_cuda_gpu(text), rank=_first_rank(text))
+    return None
+
+
+_LIB_NUMBER = re.compile(r"\b(?P<lib>CUDNN|CUBLAS|CUDA|Cuda|CUFFT|CUSPARSE|CURAND|CUSOLVER)\s+"
+                         r"(?:failure|error|Error|ERROR)\s*(?:code\s*)?[(#]?(?P<number>\d{1,4})\b(?![.:/-]\d)")
+_CUBLAS_CODES = {code: "CUBLAS_STATUS_" + name for name, code in CUBLAS_STATUS.items()}
+
+
+def _library_number(text: str) -> Found | None:
+    match = _LIB_NUMBER.search(text)
+    if not match:
+        return None
+    lib, number = match.group("lib").upper(), int(match.group("number"))
+    if lib == "CUDA":
+        status = status_for_code(number) if number > 1 else None
+        if status is None:
+            return None
+        kind = _kind_for(status[1])
+        return Found(kind, _clean({"error_name": status[0], "error_code": status[1], "api": _api(text),
+                                   "requested_bytes": _requested(text) if kind == "cuda_oom" else None}),
+                     gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if lib == "CUBLAS":
+        name = _CUBLAS_CODES.get(number)
+        kind = "cuda_oom" if number == 3 else "cuda_error"
+        return Found(kind, _clean({"error_name": name, "error_code": number, "api": _api(text)}),
+                     gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if lib == "CUFFT":
+        name = _CUFFT_CODES.get(number)
+        return Found("cuda_oom" if number == 2 else "cuda_error",
+                     _clean({"error_name": name, "error_code": number, "api": _api(text)}),
+                     gpu=_cuda_gpu(text), rank=_first_rank(text))
+    return Found("cuda_error", _clean({"error_code": number, "api": _api(text) or lib.lower()}),
+                 gpu=_cuda_gpu(text), rank=_first_rank(text))
+
+
+# the cudaGetErrorString texts that no other software prints (not "invalid argument" or "unknown error")
+_DISTINCT = tuple(sorted((t for t in CUDA_ERRORS if len(t) >= 18 and "out of memory" not in t), key=len,
+                         reverse=True))
+_TEXT = re.compile("|".join(re.escape(t) for t in _DISTINCT), re.IGNORECASE)
+_WARNING = re.compile(r"\b[Ww]arn(?:ing)?\b|\bWARN(?:ING)?\b")
+_TEXT_MARK = re.compile(r"CUDA|[Cc]uda|GPU|\bcu[A-Z]\w+|[Dd]evice|[Kk]ernel|Triton")
+
+
+def _cuda_text(text: str) -> Found | None:
+    match = _TEXT.search(text)
+    if not match or not _TEXT_MARK.search(text) or _WARNING.search(text):
+        return None  # a warning that names a status ("... failed with CUDART error: peer access is not ...
+        # To silence this warning, ...") reports what a fallback took care of
+    name, code = CUDA_ERRORS.get(match.group(0)) or next(
+        v for t, v in CUDA_ERRORS.items() if t.lower() == match.group(0).lower())
+    return Found(_kind_for(code), _clean({"error_name": name, "error_code": code, "api": _api(text)}),
+                 gpu=_cuda_gpu(text), rank=_first_rank(text))
+
+
+_XID = re.compile(r"\b(?:XID|Xid)\s*(?:\((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\)\s*)?"
+                  r"(?:[:=]\s*(?P<xid>\d{1,3})\b(?![.:/-]\d)"
+                  # a bare "Xid 79" only where the GPU it hit follows ("Detected XID 145 for GPU 0"), not in a
+                  # sentence ("Watch dmesg for Xid 79 events")
+                  r"|\s+(?P<bare>\d{1,3})(?=\s+(?:for|on)\s+(?:GPU|[Dd]evice)\b))")
+
+
+def _any_xid(text: str) -> Found | None:
+    match = _XID.search(text)
+    if not match:
+        return None
+    return Found("gpu_xid", _clean({"xid": int(match.group("xid") or match.group("bare")),
+                                    "pci_bus": _pci(match.group("pci")) if match.group("pci") else None}),
+                 gpu=_int(r"\bfor GPU\s*(\d+)", text))
+
+
 GENERIC_FAMILIES: tuple[Family, ...] = (
     Family("nccl_call_result", _NCCL_CALL, _nccl_call),
     Family("library_status", _LIBRARY, _library_status),
     Family("scheme_status", _SCHEME, _scheme_status),
     Family("oom_wording", _OOM_WORDS, _oom_wording),
+    Family("library_number", _LIB_NUMBER, _library_number),
+    Family("cuda_text", _TEXT, _cuda_text),
+    Family("any_xid", _XID, _any_xid),
+    Family("cuda_code", _CODE, _cuda_code),
 )

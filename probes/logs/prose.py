@@ -57,8 +57,12 @@ _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|th
                         r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
 # the second person and a verb: someone answering a report ("The error ... you encountered indicates ...")
 # (what happened to them, not advice: runtimes do print "You need to decrease ...")
-_ADDRESSED = re.compile(r"\b[Yy]ou\s+(?:(?:also|still|just|then|now|only|have)\s+)?"
-                        r"(?:encountered|saw|got|hit|met|observed|reported|are (?:seeing|getting|hitting))\b")
+_ADDRESSED = re.compile(r"\b[Yy]ou(?:\s+(?:(?:also|still|just|then|now|only|have)\s+)?"
+                        r"(?:encountered|saw|got|hit|met|observed|reported|are (?:seeing|getting|hitting))"
+                        r"|['’]re (?:seeing|getting|hitting))\b")
+# a commit or pull-request title: "[LEP-42] fix(xid): detect ... as XID 79", "feat: ..."
+_COMMIT_TITLE = re.compile(r"^\s*(?:\[[^\]]+\]\s*)?(?:fix|feat|chore|docs|refactor|test|perf|ci|build|revert)"
+                           r"(?:\([^)]*\))?!?:\s")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
@@ -74,7 +78,7 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
     if _PLACEHOLDER.search(text):
         return True  # a template, not a log: "Tried to allocate XX.XX MiB"
-    if _TITLE_TAG.match(text):
+    if _TITLE_TAG.match(text) or _COMMIT_TITLE.match(text):
         return True  # an issue title: "[BUG] Fix `cudaErrorIllegalAddress ...` in Q18"
     if _QUOTED_THEN_EXPLAINED.match(text):
         return True  # '"CUDA error: out of memory" was reported when training.'
