@@ -23,7 +23,7 @@ import re
 
 from gpuslo.probes.logs.families_cuda import _api, _cuda_gpu, _kind_for
 from gpuslo.probes.logs.patterns import Family, Found, _clean, _first, _first_rank, _int, _pci, _size
-from gpuslo.probes.logs.units import CUBLAS_STATUS, CUDA_ERRORS, status_by_suffix, status_for_code
+from gpuslo.probes.logs.units import CUBLAS_STATUS, CUDA_ERRORS, SCHEME, find_scheme_status, status_for_code
 
 _GPU_MARK = re.compile(r"CUDA|[Cc]uda|GPU|\bcu[A-Z]\w+|\bgpu\b|VRAM|[Dd]evice memory")
 
@@ -35,20 +35,15 @@ def _requested(text: str) -> int | None:
 
 def _scheme_status(text: str) -> Found | None:
     """`ManagedCuda.CudaException: ErrorOutOfMemory: ...`, `CUDA error: ... (code #2, ERROR_OUT_OF_MEMORY)`."""
-    if not _GPU_MARK.search(text):
+    status = find_scheme_status(text) if _GPU_MARK.search(text) else None
+    if status is None:
         return None
-    for match in _SCHEME.finditer(text):
-        status = status_by_suffix(match.group(1) or match.group(2))
-        if status is not None:
-            name, code = status
-            kind = _kind_for(code)
-            return Found(kind, _clean({"error_name": name, "error_code": code, "api": _api(text),
-                                       "requested_bytes": _requested(text) if kind == "cuda_oom" else None}),
-                         gpu=_cuda_gpu(text), rank=_first_rank(text))
-    return None
+    name, code = status
+    kind = _kind_for(code)
+    return Found(kind, _clean({"error_name": name, "error_code": code, "api": _api(text),
+                               "requested_bytes": _requested(text) if kind == "cuda_oom" else None}),
+                 gpu=_cuda_gpu(text), rank=_first_rank(text))
 
-
-_SCHEME = re.compile(r"\bError([A-Z][a-z]+(?:[A-Z][a-z]+)+)\b|(?<![A-Z_])ERROR_([A-Z]+(?:_[A-Z]+)+)\b")
 
 # cufftResult values (cuFFT's CUFFTError(code N, ...) prints the number)
 _CUFFT_CODES = {1: "CUFFT_INVALID_PLAN", 2: "CUFFT_ALLOC_FAILED", 3: "CUFFT_INVALID_TYPE", 4: "CUFFT_INVALID_VALUE",
@@ -189,7 +184,7 @@ def _any_xid(text: str) -> Found | None:
 GENERIC_FAMILIES: tuple[Family, ...] = (
     Family("nccl_call_result", _NCCL_CALL, _nccl_call),
     Family("library_status", _LIBRARY, _library_status),
-    Family("scheme_status", _SCHEME, _scheme_status),
+    Family("scheme_status", SCHEME, _scheme_status),
     Family("oom_wording", _OOM_WORDS, _oom_wording),
     Family("library_number", _LIB_NUMBER, _library_number),
     Family("cuda_text", _TEXT, _cuda_text),

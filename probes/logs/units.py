@@ -177,3 +177,16 @@ def status_by_suffix(suffix: str) -> tuple[str, int] | None:
     """The cudaError_t (name, code) whose words are `suffix` in any naming scheme: `OutOfMemory`,
     `OUT_OF_MEMORY`, `IllegalAddress`, `ILLEGAL_ADDRESS`."""
     return _BY_SUFFIX.get(_squash(suffix))
+
+
+# a status word under another naming scheme: ManagedCuda's `ErrorOutOfMemory`, CUDAdrv's `ERROR_OUT_OF_MEMORY`
+SCHEME = re.compile(r"\bError([A-Z][a-z]+(?:[A-Z][a-z]+)+)\b|(?<![A-Z_])ERROR_([A-Z]+(?:_[A-Z]+)+)\b")
+
+
+def find_scheme_status(text: str) -> tuple[str, int] | None:
+    """The first status in `text` written under another naming scheme (`SCHEME`) that names a CUDA status."""
+    for match in SCHEME.finditer(text):
+        status = status_by_suffix(match.group(1) or match.group(2))
+        if status is not None:
+            return status
+    return None
