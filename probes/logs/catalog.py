@@ -121,6 +121,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "library_number": (" failure", " error", " Error", " ERROR"),
     "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
     "any_xid": ("XID", "Xid"),
+    "allocation_failed": ("o allocate", "annot allocate", "llocation "),
+    "collective_timed_out": ("imed out", "imeout", "imed  out", "imedout", "ime out", "imeOut"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
 

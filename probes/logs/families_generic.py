@@ -12,6 +12,9 @@ The specific families come first in the catalog; these take what is left, from t
 - a library's failure number (`CUDNN failure 4000`, `CUBLAS error 13`, `CUDA failure 2`);
 - a distinctive cudaGetErrorString text (`an illegal memory access was encountered`) on a line naming CUDA;
 - an Xid number stated in any wording (`Detected XID 145 for GPU 0`, `Xid (PCI:0002:00:00): 119`);
+- a collective that timed out, in any wording (`NCCL all_reduce timed out after 1800 s`, `Timeout at NCCL
+  work`), with the timeout and op it states;
+- an allocation that failed on a GPU, in any wording (`failed to allocate 2.0 GiB on device 1`);
 - an out-of-memory wording (`out of memory`, `Out of GPU memory`, `insufficient GPU memory`) on a line that
   names CUDA, a GPU or a CUDA allocation call.
 The look-alike rules (prose.py) judge these starts like any other.
@@ -181,13 +184,49 @@ def _any_xid(text: str) -> Found | None:
                  gpu=_int(r"\bfor GPU\s*(\d+)", text))
 
 
+_COLLECTIVE = (r"(?:NCCL|RCCL|[Cc]ollective|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|AllReduce|AllGather"
+               r"|ReduceScatter|[Bb]roadcast|[Bb]arrier)")
+_TIMED_OUT = re.compile(r"\b" + _COLLECTIVE + r"\b[^\n]{0,80}?\b(?:timed\s*out|[Tt]ime[Oo]ut\s*"
+                        r"(?:error|exceeded|expired|reached|after|while|at)\b)|\b(?:[Tt]imed\s*out|[Tt]imeout)\s*(?:in|during|waiting\s*for|on)\s*"
+                        r"(?:the\s*)?" + _COLLECTIVE + r"\b")
+_OP = re.compile(r"\b(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|barrier|AllReduce|AllGather"
+                 r"|ReduceScatter|Broadcast|Barrier)\b")
+
+
+def _timed_out(text: str) -> Found | None:
+    if re.search(r"\b(?:set|setting|configured|default|increase|raise|retry\w*|INFO)\b", text):
+        return None  # a setting, advice or a retry ("NCCL timeout set to 1800 s", "... timed out, retrying")
+    op = _OP.search(text)
+    seconds = _int(r"(?:after|timeout(?:\s*of)?|exceeded)\s*(\d+)\s*(?:s|sec|seconds)\b", text)
+    ms = _int(r"(?:after|timeout(?:\s*of)?|exceeded)\s*(\d+)\s*(?:ms|milliseconds)\b", text)
+    return Found("nccl_timeout", _clean({"op": op.group(1).upper().replace("_", "") if op else None,
+                                         "timeout_ms": ms if ms is not None else
+                                         (seconds * 1000 if seconds is not None else None)}),
+                 gpu=_cuda_gpu(text), rank=_first_rank(text))
+
+
+_ALLOC_FAILED = re.compile(r"\b(?:[Ff]ailed|[Uu]nable|[Cc]annot|[Cc]ould not|[Cc]ouldn't)\s*to\s*allocate\b"
+                           r"|\b[Cc]annot allocate\b|\b[Aa]llocation (?:of [^\n]{1,40} )?failed\b")
+_ALLOC_MARK = re.compile(r"CUDA|[Cc]uda|GPU|\bgpu\b|VRAM|[Dd]evice\b|\bcu[A-Z]\w+")
+
+
+def _allocation_failed(text: str) -> Found | None:
+    if not _ALLOC_MARK.search(text) or re.search(r"\b(?:host|pinned|CPU|cpu|RAM)\b", text):
+        return None  # no GPU named, or host memory
+    requested = _first(_requested(text), _size(r"(?:allocate|of)\s*(?:SIZE)", text))
+    return Found("cuda_oom", _clean({"requested_bytes": requested, "api": _api(text)}),
+                 gpu=_cuda_gpu(text), rank=_first_rank(text))
+
+
 GENERIC_FAMILIES: tuple[Family, ...] = (
-    Family("nccl_call_result", _NCCL_CALL, _nccl_call),
-    Family("library_status", _LIBRARY, _library_status),
-    Family("scheme_status", SCHEME, _scheme_status),
-    Family("oom_wording", _OOM_WORDS, _oom_wording),
-    Family("library_number", _LIB_NUMBER, _library_number),
-    Family("cuda_text", _TEXT, _cuda_text),
-    Family("any_xid", _XID, _any_xid),
-    Family("cuda_code", _CODE, _cuda_code),
+    Family("nccl_call_result", _NCCL_CALL, _nccl_call, structured=True),
+    Family("library_status", _LIBRARY, _library_status, structured=True),
+    Family("scheme_status", SCHEME, _scheme_status, structured=True),
+    Family("oom_wording", _OOM_WORDS, _oom_wording, structured=True),
+    Family("allocation_failed", _ALLOC_FAILED, _allocation_failed, structured=True),
+    Family("collective_timed_out", _TIMED_OUT, _timed_out, structured=True),
+    Family("library_number", _LIB_NUMBER, _library_number, structured=True),
+    Family("cuda_text", _TEXT, _cuda_text, structured=True),
+    Family("any_xid", _XID, _any_xid, structured=True),
+    Family("cuda_code", _CODE, _cuda_code, structured=True),
 )

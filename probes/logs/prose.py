@@ -142,3 +142,17 @@ def _open_quote(head: str) -> bool:
         quote = match.group(0)
         opened[quote] = not opened[quote] and bool(_OPENING_QUOTE.match(head, match.start()))
     return bool(opened['"'] or opened["`"]) or head.count("“") > head.count("”")
+
+
+# log structure in front of a generic wording: the line opens with an exception, a `name: ` lead or nothing,
+# or has a bracketed logger/location, a source location, an upper-case level, a throw or a JSON record (a
+# sentence's "Error messages like ..." is not an exception head)
+_LOG_HEAD = re.compile(
+    r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|\W*$)|what\(\):|terminate called|\[[^\]]*\]"
+    r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s"
+    r"|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
+
+
+def has_log_structure(line: Line, start: int) -> bool:
+    """A stripped log prefix, or log structure in front of `start` (`_LOG_HEAD`)."""
+    return line.text != line.raw.rstrip("\r\n") or bool(_LOG_HEAD.search(line.text[:start]))

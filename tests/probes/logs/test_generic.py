@@ -72,3 +72,20 @@ def test_the_generic_families_alone_keep_every_look_alike_silent():
     with generic_only():
         loud = [c.name for c in lookalikes if run(c)]
     assert len(lookalikes) >= 130 and loud == []
+
+
+def test_a_collective_that_timed_out_in_any_wording_but_not_a_setting_or_a_retry():
+    timeout, = events("RuntimeError: NCCL all_reduce timed out after 1800 seconds on rank 3")
+    assert timeout["kind"] == "nccl_timeout" and timeout["op"] == "ALLREDUCE" and timeout["timeout_ms"] == 1800000
+    assert events("RuntimeError: NCCL timeout set to 1800 seconds; allreduce timed out never") == []
+    assert events("host:1:2 [0] NCCL INFO socketPollConnect: connect returned Connection timed out, retrying") == []
+
+
+def test_an_allocation_that_failed_on_a_gpu_but_not_on_the_host():
+    oom, = events("RuntimeError: Failed to allocate 2.00 GiB on CUDA device 1")
+    assert oom["kind"] == "cuda_oom" and oom["requested_bytes"] == 2 * 2**30
+    assert events("RuntimeError: Failed to allocate 2.00 GiB of pinned host memory for the CUDA copy") == []
+
+
+def test_a_generic_wording_needs_log_structure_in_front():
+    assert events("When the diagnostic cannot allocate enough GPU memory it reports DCGM_FR_MEMORY_ALLOC") == []
