@@ -28,7 +28,8 @@ from gpuslo.probes.logs.families_cuda import _api, _cuda_gpu, _kind_for
 from gpuslo.probes.logs.patterns import Family, Found, _clean, _first, _first_rank, _int, _pci, _size
 from gpuslo.probes.logs.units import CUBLAS_STATUS, CUDA_ERRORS, SCHEME, find_scheme_status, status_for_code
 
-_GPU_MARK = re.compile(r"CUDA|[Cc]uda|GPU|\bcu[A-Z]\w+|\bgpu\b|VRAM|[Dd]evice memory")
+# a line about the GPU: CUDA named, a GPU, a CUDA call, a CUDA source file (`.cu`), thrust (CUDA's C++ library)
+_GPU_MARK = re.compile(r"CUDA|[Cc]uda|GPU|Gpu|\bcu[A-Z]\w+|\bgpu\b|VRAM|[Dd]evice memory|\w\.cuh?\b|\bthrust::")
 
 
 def _requested(text: str) -> int | None:
@@ -154,7 +155,7 @@ _DISTINCT = tuple(sorted((t for t in CUDA_ERRORS if len(t) >= 18 and "out of mem
                          reverse=True))
 _TEXT = re.compile("|".join(re.escape(t) for t in _DISTINCT), re.IGNORECASE)
 _WARNING = re.compile(r"\b[Ww]arn(?:ing)?\b|\bWARN(?:ING)?\b")
-_TEXT_MARK = re.compile(r"CUDA|[Cc]uda|GPU|\bcu[A-Z]\w+|[Dd]evice|[Kk]ernel|Triton")
+_TEXT_MARK = re.compile(r"CUDA|[Cc]uda|GPU|Gpu|\bcu[A-Z]\w+|[Dd]evice|[Kk]ernel|Triton|\w\.cuh?\b|\bthrust::")
 
 
 def _cuda_text(text: str) -> Found | None:

@@ -35,6 +35,9 @@ _WRAPPED = re.compile(r"[\])a-z,.;]")  # how a hard-wrapped remainder starts
 _RECORD_HEAD = re.compile(r"[\w.]+(?:Error|Exception|Warning)\b|\w+\(\):")  # ... and a record never does
 _INTERLEAVED = 4  # lines of other printers a strict block may skip (another NCCL thread's line between its two)
 _TRIGGER_TEXT = re.compile(TRIGGER.pattern.decode())
+# families whose start is only a marker ("CUDA"), so that reading nothing means an unknown wording, not a benign
+# line (other families return nothing on purpose: TF's "not a failure" allocator warning, XLA's echoes)
+_FALL_THROUGH = frozenset({"cuda_status"})
 _PREFILTER = Prefilter(TRIGGER_WORDS, TRIGGER)  # immutable once built; sharing it between parsers is safe
 
 
@@ -191,6 +194,21 @@ class LogParser:
                 return family
         return None
 
+    @staticmethod
+    def _generic(line: Line) -> Found | None:
+        """What the generic families read on a line whose specific family read nothing ("CUDA error (transport
+        table): too many resources requested for launch" starts the CUDA status family, which needs
+        "CUDA error: <text>"): the first generic start with log structure in front whose reader finds a status."""
+        for family in candidates(line.text):
+            if not family.structured:
+                continue
+            match = family.start.search(line.text)
+            if match and not is_prose(line, match.start(), match.end()) and has_log_structure(line, match.start()):
+                found = family.extract(line.text)
+                if found is not None:
+                    return found
+        return None
+
     def _start(self, line: Line, offset: int, key: str) -> list[Event]:
         """A line that may open an incident."""
         family = self._family_of(line)
@@ -241,6 +259,8 @@ class LogParser:
 
     def _emit(self, pending: _Pending) -> list[Event]:
         found = pending.family.extract(self._text(pending))
+        if found is None and pending.family.name in _FALL_THROUGH and len(pending.lines) == 1:
+            found = self._generic(pending.lines[0])  # a CUDA line in a wording the status family cannot read
         if found is None:
             return []
         first = pending.lines[0]

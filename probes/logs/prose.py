@@ -19,6 +19,7 @@ _STRUCTURED_HEAD = re.compile(
     r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
     r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
     r"|\bterminated with exception:"
+    r"|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"  # a line that opens with the error: "CUDA error (stage): <text>"
     r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
     r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"

@@ -23,7 +23,8 @@ from gpuslo.probes.logs.catalog import FAMILIES, _Candidates
 from gpuslo.probes.logs.families_generic import GENERIC_FAMILIES
 
 # the fresh batches whose untuned first run is kept beside them, in the order they were written
-FIRST_RUNS = ("heldout3", "tune-h15b", "heldout4", "heldout5", "heldout6", "heldout8", "heldout9", "heldout10")
+FIRST_RUNS = ("heldout3", "tune-h15b", "heldout4", "heldout5", "heldout6", "heldout8", "heldout9", "heldout10",
+              "heldout11")
 _GENERIC = tuple(f for f in FAMILIES if f.name in {g.name for g in GENERIC_FAMILIES})
 
 
