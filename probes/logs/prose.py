@@ -150,7 +150,7 @@ def _open_quote(head: str) -> bool:
 # sentence's "Error messages like ..." is not an exception head)
 _LOG_HEAD = re.compile(
     r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|\W*$)|what\(\):|terminate called|\[[^\]]*\]"
-    r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s"
+    r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"
     r"|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
 
 
