@@ -16,6 +16,7 @@ from gpuslo.probes.logs.families_cuda import (
     _capture_failed,
 )
 from gpuslo.probes.logs.families_driver import DRIVER_FAMILIES, XID_FAMILIES
+from gpuslo.probes.logs.families_generic import _DISTINCT, GENERIC_FAMILIES
 from gpuslo.probes.logs.families_loss import LOSS_FAMILIES
 from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
@@ -38,7 +39,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
     b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
     b"Free memory on device", b"Internal: unable to create", b"Executor creation failed", b"/library version mismatch",
-    b"API mismatch: the client",
+    b"API mismatch: the client", b"Out of GPU", b"CUFFT", b"_STATUS_", b"XID", b"Xid",
 )
 
 
@@ -55,7 +56,8 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 def _families() -> tuple[Family, ...]:
     rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
-            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES)
+            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES,
+            *GENERIC_FAMILIES)
     assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
     return (capture, *rest)
@@ -110,6 +112,17 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
     "anomaly_nonfinite": ("' returned ",),
     "loss_metric_nonfinite": ("loss",),
+    "nccl_call_result": (" failed: unhandled", " failed: internal error", " failed: invalid",
+                         " failed: remote process"),
+    "library_status": ("CUFFT", "_STATUS_"), "scheme_status": ("Error", "ERROR_"),
+    "oom_wording": ("ut of memory", "ut of GPU memory", "ut of device memory", "ut of Device memory",
+                    "ut of CUDA memory", "ut of video memory", "nsufficient GPU memory", "OUT OF MEMORY"),
+    "cuda_code": ("rror", "RROR", "tatus", "esult", "ode"),
+    "library_number": (" failure", " error", " Error", " ERROR"),
+    "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
+    "any_xid": ("XID", "Xid"),
+    "allocation_failed": ("o allocate", "annot allocate", "llocation "),
+    "collective_timed_out": ("imed out", "imeout", "imed  out", "imedout", "ime out", "imeOut"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 import re
 
 from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _first_rank, _gpu_any, _int, _size
-from gpuslo.probes.logs.units import CUBLAS_STATUS, GRAPH_CODES, cuda_status, find_status, status_for_code
+from gpuslo.probes.logs.units import (
+    CUBLAS_STATUS,
+    GRAPH_CODES,
+    cuda_status,
+    find_scheme_status,
+    find_status,
+    status_for_code,
+)
 
 # ---- CUDA status strings --------------------------------------------------------------------------------
 
@@ -53,6 +60,7 @@ _CUDA_TEXT = re.compile(
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
     r"|failed call to (cu\w+)|at function (cuda\w+)\(|\b(cuda[A-Z]\w*)\(\)\s*error\b"
+    r"|Call to (cu[A-Z]\w*) results in|\b(cu(?:da)?[A-Z]\w*)(?: retry)? failed\b"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
     r"|cuMem\w+)\b", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
@@ -94,7 +102,7 @@ def _cuda(text: str) -> Found | None:
     if match.group("invnum") and "cuda" not in text.lower():
         return None  # "Invalid error code (N)" names a CUDA status only from a CUDA platform
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
-        name, code = find_status(text[match.start():]) or (name, code)
+        name, code = find_status(text[match.start():]) or find_scheme_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
               or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum")
               or match.group("invnum"))

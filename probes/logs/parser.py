@@ -17,7 +17,7 @@ from gpuslo.probes.logs.catalog import NEW_RECORD, TRIGGER, TRIGGER_WORDS, candi
 from gpuslo.probes.logs.patterns import Family, Found
 from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.prefixes import Line, normalise, segments
-from gpuslo.probes.logs.prose import is_prose
+from gpuslo.probes.logs.prose import has_log_structure, is_prose
 from gpuslo.probes.logs.signatures import classify
 
 # One incident is often printed again within a few lines (a C++ log line, then the Python exception, then
@@ -34,6 +34,10 @@ _UNNAMED = frozenset({"CUDAGraphCaptureError"})
 _WRAPPED = re.compile(r"[\])a-z,.;]")  # how a hard-wrapped remainder starts
 _RECORD_HEAD = re.compile(r"[\w.]+(?:Error|Exception|Warning)\b|\w+\(\):")  # ... and a record never does
 _INTERLEAVED = 4  # lines of other printers a strict block may skip (another NCCL thread's line between its two)
+_TRIGGER_TEXT = re.compile(TRIGGER.pattern.decode())
+# families whose start is only a marker ("CUDA"), so that reading nothing means an unknown wording, not a benign
+# line (other families return nothing on purpose: TF's "not a failure" allocator warning, XLA's echoes)
+_FALL_THROUGH = frozenset({"cuda_status"})
 _PREFILTER = Prefilter(TRIGGER_WORDS, TRIGGER)  # immutable once built; sharing it between parsers is safe
 
 
@@ -176,11 +180,33 @@ class LogParser:
 
     @staticmethod
     def _family_of(line: Line) -> Family | None:
-        """The first family whose start the line has, unless the start sits in prose (probes/logs/prose.py)."""
+        """The first family whose start the line has, unless the start sits in prose (probes/logs/prose.py); a
+        generic family's start also needs log structure in front of it."""
         for family in candidates(line.text):
             match = family.start.search(line.text)
             if match:
-                return None if is_prose(line, match.start(), match.end()) else family
+                if is_prose(line, match.start(), match.end()):
+                    return None
+                if family.structured and not (has_log_structure(line, match.start())
+                                              and _TRIGGER_TEXT.search(line.text)):
+                    return None  # a generic wording counts only with log structure, and (as every family's
+                    # start does) with a trigger word, so that the fast scan finds what line feeding finds
+                return family
+        return None
+
+    @staticmethod
+    def _generic(line: Line) -> Found | None:
+        """What the generic families read on a line whose specific family read nothing ("CUDA error (transport
+        table): too many resources requested for launch" starts the CUDA status family, which needs
+        "CUDA error: <text>"): the first generic start with log structure in front whose reader finds a status."""
+        for family in candidates(line.text):
+            if not family.structured:
+                continue
+            match = family.start.search(line.text)
+            if match and not is_prose(line, match.start(), match.end()) and has_log_structure(line, match.start()):
+                found = family.extract(line.text)
+                if found is not None:
+                    return found
         return None
 
     def _start(self, line: Line, offset: int, key: str) -> list[Event]:
@@ -233,6 +259,8 @@ class LogParser:
 
     def _emit(self, pending: _Pending) -> list[Event]:
         found = pending.family.extract(self._text(pending))
+        if found is None and pending.family.name in _FALL_THROUGH and len(pending.lines) == 1:
+            found = self._generic(pending.lines[0])  # a CUDA line in a wording the status family cannot read
         if found is None:
             return []
         first = pending.lines[0]

@@ -45,6 +45,8 @@ class Family:
     strict: bool = False
     # substrings one of which every match of `start` contains: a line with none skips the regex (catalog.py)
     needs: tuple[str, ...] = ()
+    # a generic wording (families_generic.py): only a line with log structure in front of the start counts
+    structured: bool = False
 
     def starts(self, text: str) -> re.Match[str] | None:
         if self.needs and not any(need in text for need in self.needs):

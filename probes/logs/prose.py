@@ -19,6 +19,7 @@ _STRUCTURED_HEAD = re.compile(
     r"^\s*[\w.]+:\s|\|\s*(?:Warning|Fail\w*|Error)\s*\|"
     r"|(?:^|\s)(?:[\w.:]*(?:Error|Exception|Failure|Abort\w*|Fault)\b:?|what\(\):|terminate called|Traceback"
     r"|\bterminated with exception:"
+    r"|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"  # a line that opens with the error: "CUDA error (stage): <text>"
     r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
     r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
@@ -43,7 +44,8 @@ PLAIN_WORDS = 4  # this many plain words in front of the token, with no log stru
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
-_PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b")  # a number written as a placeholder: XX.XX
+# a number written as a placeholder: "XX.XX MiB", "XXXX bytes (total YYYY bytes)"
+_PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b|\b(?:[Xx]{2,}|[Yy]{2,}|[Nn]{3,})\s*(?:bytes?|[KMGT]i?B)\b")
 _TITLE_TAG = re.compile(r"^\s*\[(?:BUG|Bug|bug|Feature|FEATURE|Question|QUESTION|Usage|Doc|RFC|Help|help|Issue)\]")
 _DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.IGNORECASE)
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
@@ -54,6 +56,14 @@ _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
                         r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
                         r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
+# the second person and a verb: someone answering a report ("The error ... you encountered indicates ...")
+# (what happened to them, not advice: runtimes do print "You need to decrease ...")
+_ADDRESSED = re.compile(r"\b[Yy]ou(?:\s+(?:(?:also|still|just|then|now|only|have)\s+)?"
+                        r"(?:encountered|saw|got|hit|met|observed|reported|are (?:seeing|getting|hitting))"
+                        r"|['’]re (?:seeing|getting|hitting))\b")
+# a commit or pull-request title: "[LEP-42] fix(xid): detect ... as XID 79", "feat: ..."
+_COMMIT_TITLE = re.compile(r"^\s*(?:\[[^\]]+\]\s*)?(?:fix|feat|chore|docs|refactor|test|perf|ci|build|revert)"
+                           r"(?:\([^)]*\))?!?:\s")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
@@ -63,13 +73,13 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     if line.text != line.raw.rstrip("\r\n"):
         return False  # the normaliser stripped a log prefix: a log line
     text = line.text
-    if _NARRATIVE.search(text):
+    if _NARRATIVE.search(text) or _ADDRESSED.search(text):
         return True  # "And I meet this error : ...", "..., but i can not find ...": someone telling what happened
     if _SETTING.match(text):
         return True  # a setting or field listing names the error: "SIGNATURE=RuntimeError: NCCL communicator ..."
     if _PLACEHOLDER.search(text):
         return True  # a template, not a log: "Tried to allocate XX.XX MiB"
-    if _TITLE_TAG.match(text):
+    if _TITLE_TAG.match(text) or _COMMIT_TITLE.match(text):
         return True  # an issue title: "[BUG] Fix `cudaErrorIllegalAddress ...` in Q18"
     if _QUOTED_THEN_EXPLAINED.match(text):
         return True  # '"CUDA error: out of memory" was reported when training.'
@@ -111,8 +121,13 @@ _ARTICLES = frozenset({"the", "this", "that", "a", "an"})
 def _quoted_exception(before: str) -> bool:
     """Only plain words in front of an exception head ("The error message X: ..."), or an article ("The
     RuntimeError: CUDA error: ... is a common issue"): a sentence that quotes it."""
+    if _ARTICLE_END.search(before) and len(_WORD.findall(before)) >= 3:
+        return True  # "... it would trigger a RuntimeError: CUDA error: ...": an article makes it a noun
     return bool(_SENTENCE_START.fullmatch(before)) and (
         len(_WORD.findall(before)) >= 2 or before.strip().lower() in _ARTICLES)
+
+
+_ARTICLE_END = re.compile(r"(?:^|\s)(?:a|an|the)\s*$")
 
 
 # a quote after a space or an opener opens; after `=` it is a logfmt value (`condition="..."`), not a quotation
@@ -128,3 +143,17 @@ def _open_quote(head: str) -> bool:
         quote = match.group(0)
         opened[quote] = not opened[quote] and bool(_OPENING_QUOTE.match(head, match.start()))
     return bool(opened['"'] or opened["`"]) or head.count("“") > head.count("”")
+
+
+# log structure in front of a generic wording: the line opens with an exception, a `name: ` lead or nothing,
+# or has a bracketed logger/location, a source location, an upper-case level, a throw or a JSON record (a
+# sentence's "Error messages like ..." is not an exception head)
+_LOG_HEAD = re.compile(
+    r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|\W*$)|what\(\):|terminate called|\[[^\]]*\]"
+    r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"
+    r"|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
+
+
+def has_log_structure(line: Line, start: int) -> bool:
+    """A stripped log prefix, or log structure in front of `start` (`_LOG_HEAD`)."""
+    return line.text != line.raw.rstrip("\r\n") or bool(_LOG_HEAD.search(line.text[:start]))

@@ -159,3 +159,34 @@ def find_status(text: str) -> tuple[str, int] | None:
         at, phrase = min(hits, key=lambda hit: (hit[0], -len(hit[1])))
         return _CUDA_ERRORS_LOWER[phrase]
     return None
+
+
+def _squash(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+# a status's own words without its naming scheme: "outofmemory" for cudaErrorMemoryAllocation's driver twin
+# CUDA_ERROR_OUT_OF_MEMORY, ManagedCuda's ErrorOutOfMemory and CUDAdrv's ERROR_OUT_OF_MEMORY alike
+_BY_SUFFIX = {
+    **{_squash(name[len("cudaError"):]): (name, code) for name, code in CUDA_ERRORS.values()},
+    **{_squash(enum[len("CUDA_ERROR_"):]): _BY_NAME[runtime] for enum, runtime in _DRIVER_ENUMS.items()},
+}
+
+
+def status_by_suffix(suffix: str) -> tuple[str, int] | None:
+    """The cudaError_t (name, code) whose words are `suffix` in any naming scheme: `OutOfMemory`,
+    `OUT_OF_MEMORY`, `IllegalAddress`, `ILLEGAL_ADDRESS`."""
+    return _BY_SUFFIX.get(_squash(suffix))
+
+
+# a status word under another naming scheme: ManagedCuda's `ErrorOutOfMemory`, CUDAdrv's `ERROR_OUT_OF_MEMORY`
+SCHEME = re.compile(r"\bError([A-Z][a-z]+(?:[A-Z][a-z]+)+)\b|(?<![A-Z_])ERROR_([A-Z]+(?:_[A-Z]+)+)\b")
+
+
+def find_scheme_status(text: str) -> tuple[str, int] | None:
+    """The first status in `text` written under another naming scheme (`SCHEME`) that names a CUDA status."""
+    for match in SCHEME.finditer(text):
+        status = status_by_suffix(match.group(1) or match.group(2))
+        if status is not None:
+            return status
+    return None
