@@ -64,8 +64,9 @@ def check_comm(comm: str) -> str:
 
 
 def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringbuf_pages: int = 256,
-               calls: tuple[TimedCall, ...] = TIMED_CALLS, comm: str = "") -> str:
-    """The complete program: the thresholds, then signals.bpf.c, then one uprobe stub pair per timed call."""
+               calls: tuple[TimedCall, ...] = TIMED_CALLS, comm: str = "", cgroups: bool = False) -> str:
+    """The complete program: the thresholds, then signals.bpf.c, then one uprobe stub pair per timed call;
+    `cgroups` compiles in the cgroup lookup for processes not (yet) watched by pid."""
     t = thresholds
     defines = (f"#define AT_RUNNABLE_NS {t.runnable_ns}ULL\n#define AT_SYSCALL_NS {t.syscall_ns}ULL\n"
                f"#define AT_CUDA_NS {t.cuda_ns}ULL\n#define AT_SEND_GAP_NS {t.send_gap_ns}ULL\n"
@@ -73,7 +74,7 @@ def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringb
                f"#define AT_ONCPU_NS {t.oncpu_ns}ULL\n#define AT_ONCPU_GAP_NS {t.oncpu_gap_ns}ULL\n"
                f"#define AT_BLOCKED_NS {t.blocked_ns}ULL\n#define AT_FAULT_GAP_NS {t.fault_gap_ns}ULL\n"
                f"#define AT_FAULT_MIN {t.fault_min}ULL\n#define AT_FAULT_NS {t.fault_ns}ULL\n"
-               f"#define AT_PORT {int(port)}\n"
+               f"#define AT_PORT {int(port)}\n#define AT_CGROUPS {int(cgroups)}\n"
                f"#define AT_RINGBUF_PAGES {ringbuf_pages}\n#define AT_COMM \"{check_comm(comm)}\"\n")
     stubs = "".join(
         f"int at_enter_{i}(struct pt_regs *ctx) {{ return at_cuda_enter({i}); }} /* {c.symbol} */\n"

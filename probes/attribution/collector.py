@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text
+from gpuslo.probes.attribution.cgroups import Cgroup
 from gpuslo.probes.attribution.samples import CudaSamples
 from gpuslo.probes.attribution.signals import IOCTL, SYSCALL_NAMES, WAIT_SYSCALLS, Interval
 from gpuslo.probes.ebpf.libraries import LibrarySet
@@ -70,11 +71,14 @@ def _cuda(func: int, calls: int, base: dict[str, int]) -> Interval | None:
 
 
 class Collector:
-    """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close()."""
+    """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close().
+    Processes of `cgroups` (and of their descendants) are watched too, learnt in the kernel at their first
+    system call there and from cgroup.procs at refresh_threads()."""
 
     def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0):
+                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0, cgroups: tuple[Cgroup, ...] = ()):
         self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
+        self.cgroups = cgroups
         self.sample_hz = sample_hz
         self.cuda_samples = CudaSamples(sample_hz, symbol=self._symbol)
         self.sampling = False
@@ -90,7 +94,8 @@ class Collector:
         from bcc import BPF
 
         try:
-            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm).encode())
+            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm,
+                                            cgroups=bool(self.cgroups)).encode())
         except Exception as exc:  # BCC raises bare Exception
             raise ProbeError(f"attribution probe: the BPF program did not load: {str(exc)[:500]}") from exc
         for i, call in enumerate(TIMED_CALLS):
@@ -107,6 +112,8 @@ class Collector:
         if self.sample_hz > 0:
             self._start_sampling()
         self._bpf[b"records"].open_ring_buffer(self._on_record)
+        if self.cgroups:
+            self.refresh_threads()
 
     def _start_sampling(self) -> None:
         from bcc import PerfSWConfig, PerfType
@@ -141,10 +148,27 @@ class Collector:
         self.refresh_threads()
 
     def refresh_threads(self, proc: str = "/proc") -> None:
+        """Learn the threads of the watched processes from /proc; with cgroups, first their directories (those
+        made since included) and the processes in them."""
+        if self.cgroups:
+            ids = self._bpf[b"watched_cgroups"]
+            for cgroup in self.cgroups:
+                for cgid in cgroup.ids():
+                    ids[ids.Key(cgid)] = ids.Leaf(1)
+            table = self._bpf[b"watched_pids"]
+            for pid in set().union(*(c.pids() for c in self.cgroups)) - self.pids:
+                table[table.Key(pid)] = table.Leaf(1)
+            self.pids |= self.serving_pids()
         tids = self._bpf[b"watched_tids"]
         for pid in self.pids:
             for tid in _threads(pid, proc):
                 tids[tids.Key(tid)] = tids.Leaf(pid)
+
+    def serving_pids(self) -> set[int]:
+        """The watched processes: those given by pid and those the kernel learnt in a watched cgroup."""
+        if not self.cgroups:
+            return set(self.pids)
+        return self.pids | {int(k.value) for k in self._bpf[b"watched_pids"].keys()}
 
     def poll(self, timeout_ms: int = 0) -> list[Interval]:
         self._bpf.ring_buffer_poll(timeout_ms)

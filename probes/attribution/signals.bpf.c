@@ -46,6 +46,7 @@ struct at_ckey {
 BPF_RINGBUF_OUTPUT(records, AT_RINGBUF_PAGES);
 BPF_HASH(watched_pids, u32, u8, 1024);        /* serving processes (tgid), set by user space */
 BPF_HASH(watched_tids, u32, u32, 65536);      /* their threads -> tgid, learnt at syscalls and from /proc */
+BPF_HASH(watched_cgroups, u64, u8, 4096);     /* cgroup v2 ids whose processes serve (set by user space) */
 struct at_runnable {
     u64 ts;          /* when it became runnable */
     u32 other;       /* who preempted it (0: it was woken, not preempted) */
@@ -134,8 +135,18 @@ static __always_inline u32 at_watched_self(u32 *tid_out)
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
     *tid_out = tid;
-    if (!watched_pids.lookup(&tgid))
+    if (!watched_pids.lookup(&tgid)) {
+#if AT_CGROUPS
+        /* A process of a watched cgroup is learnt at its first system call (or CUDA call) there. */
+        u64 cg = bpf_get_current_cgroup_id();
+        if (!watched_cgroups.lookup(&cg))
+            return 0;
+        u8 one = 1;
+        watched_pids.update(&tgid, &one);
+#else
         return 0;
+#endif
+    }
     watched_tids.update(&tid, &tgid);
     return tgid;
 }
