@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from gpuslo.engine.errors import ProbeError
+from gpuslo.engine.events import format_time, parse_event
+from gpuslo.probes.attribution.agent_probe import AttributionConfig, AttributionProbe, Inputs
 from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.cgroups import Cgroup, cgroup2_mount
 from gpuslo.probes.attribution.collector import Collector
@@ -134,3 +137,29 @@ def test_a_descendant_made_after_start_is_watched_from_the_next_refresh(cgroup_d
 def test_a_directory_that_is_not_cgroup_v2_is_refused(tmp_path):
     with pytest.raises(ProbeError, match="not a cgroup v2 directory"):
         Cgroup.resolve(str(tmp_path))
+
+
+def test_the_agent_probe_option_watches_the_cgroup_and_attributes_its_gap(cgroup_dir):
+    probe = AttributionProbe(AttributionConfig.parse(f"cgroup={cgroup_dir},nvml=0"), "node-7")
+    probe.start()
+    try:
+        child = _spawn()
+        _move(child.pid, cgroup_dir)
+        _run([child])
+        time.sleep(0.1)
+        probe.drain()
+        assert probe.collector is not None
+        gap = next(i for i in probe.collector.intervals if i.kind == "send_gap" and i.pid == child.pid)
+        intervals = tuple(probe.collector.intervals) + tuple(probe.collector.open_oncpu())
+        stall = parse_event({"id": "s-1", "kind": "token_stall", "time": format_time(datetime.now(UTC)),
+                             "host": "node-7", "attrs": {"gap_ms": gap.duration_ms}})
+        found = probe.attribution(stall, Inputs(gap.start_ns, gap.end_ns, intervals, (), 0))
+    finally:
+        probe.stop()
+    assert found.dominant in ("compute", "scheduler") and found.coverage >= 0.9, found.attrs()
+
+
+def test_the_agent_probe_refuses_a_cgroup_that_is_not_there():
+    probe = AttributionProbe(AttributionConfig.parse("cgroup=gpuslo-no-such-cgroup,nvml=0"), "node-7")
+    with pytest.raises(ProbeError, match="not a cgroup v2 directory"):
+        probe.start()
