@@ -25,9 +25,9 @@ LAYERS = (NETWORK, SCHEDULER, KERNEL, DRIVER, GPU, COMPUTE)
 UNATTRIBUTED = "unattributed"
 # Interval kinds in the order they claim the server-side time, with the layer each is counted in.
 _PRIORITY: tuple[tuple[str, str], ...] = (
-    ("send_blocked", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL), ("faults", KERNEL),
-    ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER), ("blocked", KERNEL),
-    ("oncpu", COMPUTE))
+    ("send_blocked", NETWORK), ("send_stall", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL),
+    ("faults", KERNEL), ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER),
+    ("blocked", KERNEL), ("oncpu", COMPUTE))
 # On-CPU time inside the CUDA libraries is the GPU's while the device was busy (a launch or wait spinning on a
 # device that has no room for the work), the driver's otherwise.
 BUSY_SM = 0.5
@@ -86,6 +86,9 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
     if kind == "send_blocked":
         return f"{top.detail} waited {top.duration_ms:.0f} ms for room in the socket's send queue in thread " \
                f"{top.tid}{more}"
+    if kind == "send_stall":
+        return f"{top.detail} for {top.duration_ms:.0f} ms: the client did not take the bytes (thread " \
+               f"{top.tid}){more}"
     if kind == "cuda_cpu":
         return f"thread {top.tid} on CPU {ms:.0f} ms inside the CUDA driver: {top.detail}{more}"
     if kind == "oncpu":

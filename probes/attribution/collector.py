@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuslo.engine.errors import ProbeError
-from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text
+from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text, has_tracepoint
 from gpuslo.probes.attribution.cgroups import Cgroup
 from gpuslo.probes.attribution.samples import CudaSamples
 from gpuslo.probes.attribution.signals import IOCTL, SYSCALL_NAMES, WAIT_SYSCALLS, Interval
@@ -20,7 +20,7 @@ from gpuslo.probes.ebpf.libraries import LibrarySet
 from gpuslo.probes.ebpf.preflight import preflight
 
 log = logging.getLogger(__name__)
-RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE = range(1, 11)
+RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE, SEND_STALL = range(1, 12)
 SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
 
 
@@ -59,6 +59,9 @@ def to_interval(r: Record) -> Interval | None:
         return Interval("blocked", detail="uninterruptible sleep", **base)
     if r.kind == FAULTS:
         return Interval("faults", detail=f"{r.arg} page faults", **base)
+    if r.kind == SEND_STALL:
+        return Interval("send_stall", detail=f"TCP send queue full on port {r.arg}" if r.arg else
+                        "TCP send queue full", **base)
     return None
 
 
@@ -79,6 +82,7 @@ class Collector:
                  keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0, cgroups: tuple[Cgroup, ...] = ()):
         self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
         self.cgroups = cgroups
+        self.send_stalls = False  # whether the kernel has sock:sock_send_length (set at start)
         self.sample_hz = sample_hz
         self.cuda_samples = CudaSamples(sample_hz, symbol=self._symbol)
         self.sampling = False
@@ -94,8 +98,9 @@ class Collector:
         from bcc import BPF
 
         try:
-            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm,
-                                            cgroups=bool(self.cgroups)).encode())
+            self.send_stalls = has_tracepoint("sock", "sock_send_length") and has_tracepoint("tcp", "tcp_probe")
+            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm, cgroups=bool(self.cgroups),
+                                            send_length=self.send_stalls).encode())
         except Exception as exc:  # BCC raises bare Exception
             raise ProbeError(f"attribution probe: the BPF program did not load: {str(exc)[:500]}") from exc
         for i, call in enumerate(TIMED_CALLS):
@@ -181,7 +186,8 @@ class Collector:
         return new
 
     def open_bursts(self) -> list[Interval]:
-        """Allocation/free bursts still open in the kernel map (their end is not yet known to be final)."""
+        """Allocation/free bursts, fault bursts and send-queue stalls still open in the kernel maps (their end is
+        not yet known to be final)."""
         found = []
         for key, b in self._bpf[b"bursts"].items():
             if b.end - b.start >= self.thresholds.cuda_ns:
@@ -189,6 +195,12 @@ class Collector:
                 if interval is not None:
                     found.append(interval)
         t = self.thresholds
+        if self.send_stalls:
+            now = time.monotonic_ns()
+            for s in self._bpf[b"send_full"].values():
+                if now - s.since >= t.send_stall_ns:
+                    found.append(Interval("send_stall", int(s.since), now, int(s.tgid), int(s.tid),
+                                          "TCP send queue full (open)"))
         for key, f in self._bpf[b"fault_burst"].items():
             if f.count >= t.fault_min and f.end - f.start >= t.fault_ns:
                 found.append(Interval("faults", int(f.start), int(f.end), 0, int(key.value),

@@ -18,6 +18,7 @@
 #define AT_BLOCKED 8
 #define AT_FAULTS 9
 #define AT_SAMPLE 10
+#define AT_SEND_STALL 11
 
 struct at_record {
     u64 start_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
@@ -405,3 +406,55 @@ int at_sample(struct bpf_perf_event_data *ctx)
     records.ringbuf_submit(r, 0);
     return 0;
 }
+
+#if AT_SEND_LENGTH
+struct at_sq {
+    u64 since;  /* the first send that found the queue full */
+    u32 tgid;
+    u32 tid;
+};
+BPF_HASH(send_full, u64, struct at_sq, 4096);  /* socket -> its open send-queue stall */
+#if AT_PORT
+BPF_TABLE("lru_hash", u64, u8, port_socks, 16384);  /* sockets whose local port is AT_PORT */
+
+TRACEPOINT_PROBE(tcp, tcp_probe)
+{
+    if (args->sport != AT_PORT)
+        return 0;
+    u64 sk = (u64)args->skaddr;
+    u8 one = 1;
+    port_socks.update(&sk, &one);
+    return 0;
+}
+#endif
+
+TRACEPOINT_PROBE(sock, sock_send_length)
+{
+    if (args->protocol != 6) /* IPPROTO_TCP */
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    if (!watched_tids.lookup(&tid) || !at_comm_self())
+        return 0;
+    u64 sk = (u64)args->sk;
+#if AT_PORT
+    if (!port_socks.lookup(&sk))
+        return 0;
+#endif
+    int ret = args->ret;
+    u64 now = bpf_ktime_get_ns();
+    if (ret == -11) { /* EAGAIN: no room in the send queue; the first one opens the stall */
+        struct at_sq fresh = {.since = now, .tgid = id >> 32, .tid = tid};
+        send_full.lookup_or_try_init(&sk, &fresh);
+        return 0;
+    }
+    struct at_sq *open = send_full.lookup(&sk);
+    if (!open)
+        return 0;
+    struct at_sq st = *open;
+    send_full.delete(&sk);
+    if (ret >= 0 && now - st.since >= AT_SEND_STALL_NS)
+        at_emit(AT_SEND_STALL, st.since, now, AT_PORT, st.tgid, st.tid, 0, 0);
+    return 0;
+}
+#endif
