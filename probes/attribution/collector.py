@@ -79,10 +79,12 @@ class Collector:
     system call there and from cgroup.procs at refresh_threads()."""
 
     def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0, cgroups: tuple[Cgroup, ...] = ()):
+                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0, cgroups: tuple[Cgroup, ...] = (),
+                 send_stalls: bool = True):
         self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
         self.cgroups = cgroups
-        self.send_stalls = False  # whether the kernel has sock:sock_send_length (set at start)
+        self.want_send_stalls = send_stalls
+        self.send_stalls = False  # hooked: wanted and the kernel has sock:sock_send_length (set at start)
         self.sample_hz = sample_hz
         self.cuda_samples = CudaSamples(sample_hz, symbol=self._symbol)
         self.sampling = False
@@ -98,7 +100,8 @@ class Collector:
         from bcc import BPF
 
         try:
-            self.send_stalls = has_tracepoint("sock", "sock_send_length") and has_tracepoint("tcp", "tcp_probe")
+            self.send_stalls = self.want_send_stalls and has_tracepoint("sock", "sock_send_length") and \
+                has_tracepoint("tcp", "tcp_probe")
             self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm, cgroups=bool(self.cgroups),
                                             send_length=self.send_stalls).encode())
         except Exception as exc:  # BCC raises bare Exception
