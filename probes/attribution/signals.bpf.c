@@ -422,6 +422,8 @@ TRACEPOINT_PROBE(tcp, tcp_probe)
     if (args->sport != AT_PORT)
         return 0;
     u64 sk = (u64)args->skaddr;
+    if (port_socks.lookup(&sk)) /* known: a lookup is cheaper than an LRU update on every segment */
+        return 0;
     u8 one = 1;
     port_socks.update(&sk, &one);
     return 0;
