@@ -21,6 +21,7 @@ from gpuslo.probes.ebpf.preflight import preflight
 
 log = logging.getLogger(__name__)
 RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE, SEND_STALL = range(1, 12)
+SEND_STALL_TRACEPOINTS = (("sock", "sock_send_length"), ("tcp", "tcp_probe"), ("sock", "inet_sock_set_state"))
 SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
 
 
@@ -100,8 +101,7 @@ class Collector:
         from bcc import BPF
 
         try:
-            self.send_stalls = self.want_send_stalls and has_tracepoint("sock", "sock_send_length") and \
-                has_tracepoint("tcp", "tcp_probe")
+            self.send_stalls = self.want_send_stalls and all(has_tracepoint(*tp) for tp in SEND_STALL_TRACEPOINTS)
             self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm, cgroups=bool(self.cgroups),
                                             send_length=self.send_stalls).encode())
         except Exception as exc:  # BCC raises bare Exception

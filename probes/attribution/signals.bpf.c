@@ -430,6 +430,20 @@ TRACEPOINT_PROBE(tcp, tcp_probe)
 }
 #endif
 
+/* A socket leaving ESTABLISHED (or CLOSE_WAIT) ends what is tracked of it: a stall open when it closed would
+ * otherwise stay open (in user space's open stalls) for good, and its address may be reused. */
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->protocol != 6 || (args->oldstate != 1 && args->oldstate != 8))
+        return 0;
+    u64 sk = (u64)args->skaddr;
+    send_full.delete(&sk);
+#if AT_PORT
+    port_socks.delete(&sk);
+#endif
+    return 0;
+}
+
 TRACEPOINT_PROBE(sock, sock_send_length)
 {
     if (args->protocol != 6) /* IPPROTO_TCP */

@@ -53,6 +53,11 @@ fill()
 time.sleep(0.1)                          # the reader's delayed ACK frees what it took into its receive queue
 fill()                                   # now its window is closed: nothing frees room until it reads
 print("full", flush=True)
+if sys.argv[1] == "close":                # give up: the stall ends with the connection, unreported
+    conn.close()
+    print("closed", flush=True)
+    sys.stdin.readline()
+    sys.exit()
 select.select([], [conn], [])            # wait for room (a chosen wait, no signal of its own)
 conn.send(b"y" * 1024)                   # the queue takes bytes again
 print("sent", flush=True)
@@ -63,8 +68,8 @@ conn.close()
 class Stream:
     """A server child and its slow reader: the reader connects, and reads only when told to."""
 
-    def __init__(self) -> None:
-        self.server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
+    def __init__(self, mode: str = "wait") -> None:
+        self.server = subprocess.Popen([sys.executable, "-c", SERVER, mode], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True)
         assert self.server.stdout is not None
         self.port = int(self.server.stdout.readline())
@@ -131,3 +136,28 @@ def test_a_full_send_queue_on_the_serving_port_is_a_network_stall_and_another_po
     theirs = [i for i in found if i.pid == other.server.pid]
     b = attribute(other_gap.start_ns, other_gap.end_ns, theirs, own_pids={other.server.pid})
     assert b.shares_ms["network"] == 0.0, b.attrs()
+
+
+def test_a_stall_whose_connection_closes_is_not_left_open():
+    stream = Stream("close")
+    collector = Collector(LibrarySet(), port=stream.port, sample_hz=0)
+    collector.start()
+    try:
+        collector.watch(stream.server.pid)
+        stream.fill()  # the second fill's stall is open from here
+        filled = time.monotonic_ns()
+        assert stream.server.stdout is not None and stream.server.stdin is not None
+        assert stream.server.stdout.readline() == "closed\n"
+        found = collector.poll(100) + collector.open_bursts()
+        assert len(collector._bpf[b"send_full"]) == 0
+        stream.server.stdin.write("exit\n")
+        stream.server.stdin.flush()
+        stream.server.wait(10)
+    finally:
+        collector.close()
+        stream.reader.close()
+        for pipe in (stream.server.stdin, stream.server.stdout):
+            if pipe is not None:
+                pipe.close()
+    # Only the first fill's stall (ended by the second fill's sends) was reported; none is left open.
+    assert all(i.end_ns < filled and "open" not in i.detail for i in found if i.kind == "send_stall"), found
