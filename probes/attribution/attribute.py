@@ -182,6 +182,11 @@ def attribute(start_ns: int, end_ns: int, intervals: Sequence[Interval], samples
             best[layer] = (ms, _describe(kind, top, ms, len(found)))
     for layer, (_, text) in best.items():
         evidence[layer] = f"{evidence[layer]}; {text}" if layer in evidence else text
+    zero = _clip(intervals, "zero_window", window)
+    if zero and shares[NETWORK] > 0:
+        ms = length(intersect(union((i.start_ns, i.end_ns) for i in zero), whole)) / 1e6
+        text = f"{zero[0].detail} for {ms:.0f} ms of the stall (it did not read)"
+        evidence[NETWORK] = f"{evidence[NETWORK]}; {text}" if NETWORK in evidence else text
     io = _block_io(intervals, window)
     if io and shares[KERNEL] > 0:
         evidence[KERNEL] = f"{evidence[KERNEL]}; {io}"

@@ -20,7 +20,8 @@ from gpuslo.probes.ebpf.libraries import LibrarySet
 from gpuslo.probes.ebpf.preflight import preflight
 
 log = logging.getLogger(__name__)
-RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE, SEND_STALL = range(1, 12)
+(RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE, SEND_STALL,
+ ZERO_WINDOW) = range(1, 13)
 SEND_STALL_TRACEPOINTS = (("sock", "sock_send_length"), ("tcp", "tcp_probe"), ("sock", "inet_sock_set_state"))
 SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
 
@@ -60,6 +61,8 @@ def to_interval(r: Record) -> Interval | None:
         return Interval("blocked", detail="uninterruptible sleep", **base)
     if r.kind == FAULTS:
         return Interval("faults", detail=f"{r.arg} page faults", **base)
+    if r.kind == ZERO_WINDOW:
+        return Interval("zero_window", detail=f"the client's receive window was 0 on port {r.arg}", **base)
     if r.kind == SEND_STALL:
         return Interval("send_stall", detail=f"TCP send queue full on port {r.arg}" if r.arg else
                         "TCP send queue full", **base)

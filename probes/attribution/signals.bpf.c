@@ -19,6 +19,7 @@
 #define AT_FAULTS 9
 #define AT_SAMPLE 10
 #define AT_SEND_STALL 11
+#define AT_ZERO_WINDOW 12
 
 struct at_record {
     u64 start_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
@@ -415,17 +416,36 @@ struct at_sq {
 };
 BPF_HASH(send_full, u64, struct at_sq, 4096);  /* socket -> its open send-queue stall */
 #if AT_PORT
-BPF_TABLE("lru_hash", u64, u8, port_socks, 16384);  /* sockets whose local port is AT_PORT */
+/* Sockets whose local port is AT_PORT, with their receive-side history: tcp_probe fires for each segment they
+ * receive, before it is processed, so the window it shows is the one the previous segment advertised. A zero
+ * window (the client does not read) began at the segment before the first that shows it, and ended at the
+ * segment before the first that shows it open again. */
+struct at_win {
+    u64 last;        /* the previous segment's arrival */
+    u64 zero_since;  /* 0: the window is open */
+};
+BPF_TABLE("lru_hash", u64, struct at_win, port_socks, 16384);
 
 TRACEPOINT_PROBE(tcp, tcp_probe)
 {
     if (args->sport != AT_PORT)
         return 0;
-    u64 sk = (u64)args->skaddr;
-    if (port_socks.lookup(&sk)) /* known: a lookup is cheaper than an LRU update on every segment */
+    u64 sk = (u64)args->skaddr, now = bpf_ktime_get_ns();
+    struct at_win *w = port_socks.lookup(&sk);
+    if (!w) {
+        struct at_win fresh = {.last = now};
+        port_socks.update(&sk, &fresh);
         return 0;
-    u8 one = 1;
-    port_socks.update(&sk, &one);
+    }
+    if (args->snd_wnd == 0) {
+        if (!w->zero_since)
+            w->zero_since = w->last;
+    } else if (w->zero_since) {
+        if (w->last - w->zero_since >= AT_SEND_STALL_NS)
+            at_emit(AT_ZERO_WINDOW, w->zero_since, w->last, AT_PORT, 0, 0, 0, 0);
+        w->zero_since = 0;
+    }
+    w->last = now;
     return 0;
 }
 #endif

@@ -8,7 +8,7 @@ import pytest
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.attribution.bpf import build_text, has_tracepoint
 from gpuslo.probes.attribution.cgroups import Cgroup, cgroup2_mount
-from gpuslo.probes.attribution.collector import SEND_STALL, Record, to_interval
+from gpuslo.probes.attribution.collector import SEND_STALL, ZERO_WINDOW, Record, to_interval
 
 HYBRID = ("cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
           "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n")
@@ -68,6 +68,8 @@ def test_a_send_stall_record_is_a_network_interval_naming_the_port():
     assert interval is not None and interval.kind == "send_stall" and interval.pid == 7
     assert interval.detail == "TCP send queue full on port 8000" and interval.duration_ms == 5.0
     assert to_interval(Record(kind=SEND_STALL, arg=0)).detail == "TCP send queue full"
+    window = to_interval(Record(start_ns=0, end_ns=1_000_000, arg=8000, kind=ZERO_WINDOW))
+    assert window is not None and window.kind == "zero_window" and window.detail.endswith("on port 8000")
 
 
 def test_a_directory_that_is_not_cgroup_v2_is_refused(tmp_path):

@@ -161,3 +161,82 @@ def test_a_stall_whose_connection_closes_is_not_left_open():
                 pipe.close()
     # Only the first fill's stall (ended by the second fill's sends) was reported; none is left open.
     assert all(i.end_ns < filled and "open" not in i.detail for i in found if i.kind == "send_stall"), found
+
+
+TOKENS = r"""
+import socket, sys, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+sys.stdin.readline()
+for _ in range(150):                     # 1 KiB tokens every 10 ms: the send buffer holds them all
+    conn.send(b"t" * 1024)
+    time.sleep(0.01)
+print("sent", flush=True)
+sys.stdin.readline()
+conn.close()
+"""
+
+
+class TokenStream:
+    """A blocking server sending small tokens on time, and a reader that does not read for a while."""
+
+    def __init__(self) -> None:
+        self.server = subprocess.Popen([sys.executable, "-c", TOKENS], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
+        assert self.server.stdout is not None and self.server.stdin is not None
+        self.port = int(self.server.stdout.readline())
+        self.reader = socket.socket()
+        self.reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.reader.connect(("127.0.0.1", self.port))
+        self.reader.settimeout(10)
+
+    def start(self) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.write("go\n")
+        self.server.stdin.flush()
+
+    def read_all(self) -> None:
+        self.reader.settimeout(0.5)
+        try:
+            while self.reader.recv(65536):
+                pass
+        except TimeoutError:
+            pass
+
+    def finish(self) -> None:
+        assert self.server.stdout is not None and self.server.stdin is not None
+        assert self.server.stdout.readline() == "sent\n"
+        self.server.stdin.write("close\n")
+        self.server.stdin.flush()
+        self.server.wait(10)
+        self.reader.close()
+        self.server.stdin.close()
+        self.server.stdout.close()
+
+
+def test_a_client_that_does_not_read_closes_its_window_and_that_is_the_network_evidence():
+    served, other = TokenStream(), TokenStream()
+    collector = Collector(LibrarySet(), port=served.port, sample_hz=0)
+    collector.start()
+    try:
+        for stream in (served, other):
+            stream.start()
+        time.sleep(0.6)  # neither reader reads: their receive windows close
+        read_at = time.monotonic_ns()
+        for stream in (served, other):
+            stream.read_all()
+        for stream in (served, other):
+            stream.finish()
+        found = collector.poll(100)
+    finally:
+        collector.close()
+    zero = [i for i in found if i.kind == "zero_window"]
+    assert zero and all(f"port {served.port}" in i.detail for i in zero), found
+    # Causal, not timed: the window closed before the reader read and opened only after. Both readers' windows
+    # did; only the serving port's socket is followed, so exactly one interval spans the moment of reading.
+    spanning = [i for i in zero if i.start_ns < read_at <= i.end_ns]
+    assert len(spanning) == 1, [(i.start_ns - read_at, i.end_ns - read_at) for i in zero]
+    # The server sent every token on time (no server gap): the time is the network's, with the window as why.
+    a = attribute(read_at - 200_000_000, read_at, found, own_pids=())
+    assert a.dominant == "network" and "receive window was 0" in a.evidence["network"], a.attrs()
