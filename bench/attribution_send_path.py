@@ -4,7 +4,9 @@ A watched sender (a Python child) makes many small TCP sends over loopback to a 
 `--repeats`, under three programs, in interleaved rounds (ABCCBA...) in one run:
   none: no program loaded;
   base: the attribution program as before h14c (no cgroup lookup, no sock:sock_send_length, no tcp:tcp_probe);
-  new:  the same with a cgroup watched (the lookup on every unwatched system call), send-queue stalls, the port.
+  noport: the same with a cgroup watched (the lookup on every unwatched system call) and send-queue stalls
+          (sock:sock_send_length), no port (so no tcp:tcp_probe);
+  new:  as noport, with the reader's port as the serving port (tcp:tcp_probe on every data segment).
 The kernel's BPF statistics (kernel.bpf_stats_enabled, on for the run and restored) give each hooked program's
 own run time per invocation: sys_enter (where the cgroup lookup is), sock_send_length and tcp_probe.
 Needs root and BPF. Run: .venv/bin/python bench/attribution_send_path.py [--rounds 3]
@@ -84,11 +86,11 @@ def main() -> None:
     if root is not None:
         cgroup = root / f"gpuslo-bench-{os.getpid()}"
         cgroup.mkdir()
-    results: dict[str, list[float]] = {"none": [], "base": [], "new": []}
+    results: dict[str, list[float]] = {"none": [], "base": [], "noport": [], "new": []}
     prog: dict[tuple[str, str], list[float]] = {}
     stats_before = STATS_SYSCTL.read_text().strip()
     STATS_SYSCTL.write_text("1\n")
-    order = ["none", "base", "new"]
+    order = ["none", "base", "noport", "new"]
     try:
         for r in range(args.rounds):
             for name in order if r % 2 == 0 else order[::-1]:
@@ -96,9 +98,10 @@ def main() -> None:
                 if name == "base":
                     collector = Collector(LibrarySet(), port=port, sample_hz=0, send_stalls=False)
                     collector.start()
-                elif name == "new":
+                else:
                     cgroups = (Cgroup(Path(cgroup)),) if cgroup is not None else ()
-                    collector = Collector(LibrarySet(), port=port, sample_hz=0, cgroups=cgroups)
+                    collector = Collector(LibrarySet(), port=port if name == "new" else 0, sample_hz=0,
+                                         cgroups=cgroups)
                     collector.start()
                 try:
                     results[name].append(per_send(port, args.sends, args.repeats, collector))
@@ -120,11 +123,11 @@ def main() -> None:
         STATS_SYSCTL.write_text(f"{stats_before}\n")
     med = {k: statistics.median(v) for k, v in results.items()}
     for k, v in results.items():
-        print(f"{k:5s} ns/send per round: {', '.join(f'{x:.0f}' for x in v)}  median {med[k]:.0f}")
+        print(f"{k:6s} ns/send per round: {', '.join(f'{x:.0f}' for x in v)}  median {med[k]:.0f}")
     for (name, func), v in sorted(prog.items()):
-        print(f"{name:4s} {func}: {statistics.median(v):.0f} ns per run (median of rounds)")
-    print(f"new/base {med['new'] / med['base']:.3f}  base/none {med['base'] / med['none']:.3f}  "
-          f"new/none {med['new'] / med['none']:.3f}")
+        print(f"{name:6s} {func}: {statistics.median(v):.0f} ns per run (median of rounds)")
+    print(f"new/base {med['new'] / med['base']:.3f}  noport/base {med['noport'] / med['base']:.3f}  "
+          f"base/none {med['base'] / med['none']:.3f}  new/none {med['new'] / med['none']:.3f}")
 
 
 if __name__ == "__main__":

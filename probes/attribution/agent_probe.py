@@ -46,6 +46,7 @@ class AttributionConfig:
     nvml: bool = True
     comm: str = ""  # thread-name prefix of the serving threads ("" : every thread of the watched processes)
     clusters: str = ""  # a `gpuslo stalls cluster --model-out` file: stalls get `attribution.cluster`
+    sendq: bool = True  # send-queue stalls and zero windows (sock_send_length, tcp_probe); sendq=0: not hooked
 
     @classmethod
     def parse(cls, arg: str | None) -> AttributionConfig:
@@ -70,15 +71,16 @@ class AttributionConfig:
                     fields[key] = float(value)
                 elif key == "lib":
                     libs.append(value)
-                elif key == "nvml":
-                    fields["nvml"] = value != "0"
+                elif key in ("nvml", "sendq"):
+                    fields[key] = value != "0"
                 elif key == "clusters":
                     fields["clusters"] = value
                 elif key == "comm":
                     check_comm(value)
                     fields["comm"] = value
                 else:
-                    raise ValueError("unknown key (pid, cgroup, port, gpu, hz, delay_s, lib, nvml, comm, clusters)")
+                    raise ValueError("unknown key (pid, cgroup, port, gpu, hz, delay_s, lib, nvml, sendq, comm, "
+                                     "clusters)")
             except ValueError as exc:
                 raise ProbeError(f"attribution probe: '{item}': {exc}") from exc
         hz = float(fields.get("hz", 20.0))  # type: ignore[arg-type]
@@ -117,7 +119,7 @@ class AttributionProbe:
         self.alignment, self._clock_at = remeasure(None), time.monotonic()
         cgroups = tuple(Cgroup.resolve(c) for c in self.config.cgroups)
         collector = Collector(resolve(self.config.libraries), port=self.config.port, comm=self.config.comm,
-                              cgroups=cgroups)
+                              cgroups=cgroups, send_stalls=self.config.sendq)
         try:
             collector.start()
         except ProbeError:

@@ -92,6 +92,7 @@ def test_options():
                           comm="gs-engine")
     assert AttributionConfig.parse("cgroup=/sys/fs/cgroup/serving+system.slice/vllm.service").cgroups == (
         "/sys/fs/cgroup/serving", "system.slice/vllm.service")
+    assert AttributionConfig.parse("sendq=0").sendq is False and AttributionConfig.parse("").sendq is True
 
 
 def test_a_requests_worst_gap_is_windowed_from_its_token_latency():
