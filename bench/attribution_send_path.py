@@ -98,7 +98,7 @@ def main() -> None:
                 if name == "base":
                     collector = Collector(LibrarySet(), port=port, sample_hz=0, send_stalls=False)
                     collector.start()
-                else:
+                elif name in ("noport", "new"):
                     cgroups = (Cgroup(Path(cgroup)),) if cgroup is not None else ()
                     collector = Collector(LibrarySet(), port=port if name == "new" else 0, sample_hz=0,
                                          cgroups=cgroups)
