@@ -96,7 +96,7 @@ def _check_watched(collector: Collector, found: list, pid: int) -> None:
     assert pid in collector.serving_pids()
     a = attribute(gaps[0].start_ns, gaps[0].end_ns, found, own_pids=collector.serving_pids())
     # Its own on-CPU time (and any preemption on this shared machine) is what the gap is attributed to. Coverage
-    # is usually >= 0.9 here, but one run in 14 on the loaded 2-core machine read 0.838 (cause not found; see
+    # is usually >= 0.9 here, but a run on the loaded 2-core machine read 0.838 (cause not found; see
     # docs/notes/h14c.md), so this test of the selection asserts the layer, not the on-CPU accounting's precision.
     assert a.dominant in ("compute", "scheduler"), a.attrs()
     assert a.shares_ms["compute"] + a.shares_ms["scheduler"] >= 0.5 * a.gap_ms, a.attrs()
