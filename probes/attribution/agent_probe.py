@@ -1,4 +1,4 @@
-"""The attribution probe as the agent runs it: `--probe attribution:pid=P[+P...],port=N,gpu=G,hz=H`.
+"""The attribution probe as the agent runs it: `--probe attribution:pid=P[+P...],cgroup=PATH[+PATH],port=N,gpu=G`.
 
 It keeps the serving processes' signals (eBPF) and the GPU's samples (NVML) on CLOCK_MONOTONIC, and gives each
 token_stall handed to `enrich` its `attribution.*` attributes. A stall is attributed once its end is `delay_s`
@@ -18,6 +18,7 @@ from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event
 from gpuslo.probes.attribution.attribute import Attribution, attribute
 from gpuslo.probes.attribution.bpf import check_comm
+from gpuslo.probes.attribution.cgroups import Cgroup
 from gpuslo.probes.attribution.clock import Alignment, remeasure
 from gpuslo.probes.attribution.clusters import load, nearest
 from gpuslo.probes.attribution.collector import Collector
@@ -32,21 +33,25 @@ CLOCK_EVERY_S = 10.0
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    """Which processes serve tokens, their port (retransmits), the GPU to sample and how often."""
+    """Which processes serve tokens (by pid, by cgroup v2 directory), their port (retransmits), the GPU to sample
+    and how often."""
 
     pids: tuple[int, ...] = ()
+    cgroups: tuple[str, ...] = ()  # absolute, or relative to the cgroup2 mount; their descendants count too
     port: int = 0
     gpu: int = 0
     hz: float = 20.0
     delay_s: float = 0.3
     libraries: tuple[str, ...] = ()
     nvml: bool = True
-    comm: str = ""  # thread-name prefix of the serving threads ("" : every thread of the pids)
+    comm: str = ""  # thread-name prefix of the serving threads ("" : every thread of the watched processes)
     clusters: str = ""  # a `gpuslo stalls cluster --model-out` file: stalls get `attribution.cluster`
+    sendq: bool = True  # send-queue stalls and zero windows (sock_send_length, tcp_probe); sendq=0: not hooked
 
     @classmethod
     def parse(cls, arg: str | None) -> AttributionConfig:
-        """`pid=12+34,comm=engine,port=8000,gpu=0,hz=20,lib=/usr/lib/libcuda.so.1,nvml=0`; every item optional."""
+        """`pid=12+34,cgroup=system.slice/vllm.service,comm=engine,port=8000,gpu=0,hz=20,lib=/usr/lib/libcuda.so.1,
+        nvml=0`; every item optional."""
         fields: dict[str, object] = {}
         libs: list[str] = []
         for item in (p.strip() for p in (arg or "").split(",") if p.strip()):
@@ -56,21 +61,26 @@ class AttributionConfig:
                     raise ValueError("expected key=value")
                 if key == "pid":
                     fields["pids"] = tuple(int(p) for p in value.split("+"))
+                elif key == "cgroup":
+                    if not all(value.split("+")):
+                        raise ValueError("an empty cgroup path")
+                    fields["cgroups"] = tuple(value.split("+"))
                 elif key in ("port", "gpu"):
                     fields[key] = int(value)
                 elif key in ("hz", "delay_s"):
                     fields[key] = float(value)
                 elif key == "lib":
                     libs.append(value)
-                elif key == "nvml":
-                    fields["nvml"] = value != "0"
+                elif key in ("nvml", "sendq"):
+                    fields[key] = value != "0"
                 elif key == "clusters":
                     fields["clusters"] = value
                 elif key == "comm":
                     check_comm(value)
                     fields["comm"] = value
                 else:
-                    raise ValueError("unknown key (pid, port, gpu, hz, delay_s, lib, nvml, comm, clusters)")
+                    raise ValueError("unknown key (pid, cgroup, port, gpu, hz, delay_s, lib, nvml, sendq, comm, "
+                                     "clusters)")
             except ValueError as exc:
                 raise ProbeError(f"attribution probe: '{item}': {exc}") from exc
         hz = float(fields.get("hz", 20.0))  # type: ignore[arg-type]
@@ -107,7 +117,9 @@ class AttributionProbe:
 
     def start(self) -> None:
         self.alignment, self._clock_at = remeasure(None), time.monotonic()
-        collector = Collector(resolve(self.config.libraries), port=self.config.port, comm=self.config.comm)
+        cgroups = tuple(Cgroup.resolve(c) for c in self.config.cgroups)
+        collector = Collector(resolve(self.config.libraries), port=self.config.port, comm=self.config.comm,
+                              cgroups=cgroups, send_stalls=self.config.sendq)
         try:
             collector.start()
         except ProbeError:
@@ -186,8 +198,10 @@ class AttributionProbe:
         if self.collector is None:
             raise ProbeError("attribution probe: not started")
         i = inputs or self.inputs(stall)
-        return attribute(i.start_ns, i.end_ns, i.intervals, i.samples, own_pids=self.collector.pids,
-                         server_observed=bool(self.collector.pids), clock_error_ns=i.clock_error_ns)
+        with self._lock:
+            own = self.collector.serving_pids()
+        return attribute(i.start_ns, i.end_ns, i.intervals, i.samples, own_pids=own,
+                         server_observed=bool(own or self.collector.cgroups), clock_error_ns=i.clock_error_ns)
 
     def enrich(self, stall: Event, inputs: Inputs | None = None) -> Event:
         """The token_stall (or the request's worst gap, on its token_latency) with its `attribution.*` attributes;

@@ -25,9 +25,9 @@ LAYERS = (NETWORK, SCHEDULER, KERNEL, DRIVER, GPU, COMPUTE)
 UNATTRIBUTED = "unattributed"
 # Interval kinds in the order they claim the server-side time, with the layer each is counted in.
 _PRIORITY: tuple[tuple[str, str], ...] = (
-    ("send_blocked", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL), ("faults", KERNEL),
-    ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER), ("blocked", KERNEL),
-    ("oncpu", COMPUTE))
+    ("send_blocked", NETWORK), ("send_stall", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL),
+    ("faults", KERNEL), ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER),
+    ("blocked", KERNEL), ("oncpu", COMPUTE))
 # On-CPU time inside the CUDA libraries is the GPU's while the device was busy (a launch or wait spinning on a
 # device that has no room for the work), the driver's otherwise.
 BUSY_SM = 0.5
@@ -86,6 +86,9 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
     if kind == "send_blocked":
         return f"{top.detail} waited {top.duration_ms:.0f} ms for room in the socket's send queue in thread " \
                f"{top.tid}{more}"
+    if kind == "send_stall":
+        return f"{top.detail} for {top.duration_ms:.0f} ms: the client did not take the bytes (thread " \
+               f"{top.tid}){more}"
     if kind == "cuda_cpu":
         return f"thread {top.tid} on CPU {ms:.0f} ms inside the CUDA driver: {top.detail}{more}"
     if kind == "oncpu":
@@ -179,6 +182,11 @@ def attribute(start_ns: int, end_ns: int, intervals: Sequence[Interval], samples
             best[layer] = (ms, _describe(kind, top, ms, len(found)))
     for layer, (_, text) in best.items():
         evidence[layer] = f"{evidence[layer]}; {text}" if layer in evidence else text
+    zero = _clip(intervals, "zero_window", window)
+    if zero and shares[NETWORK] > 0:
+        ms = length(intersect(union((i.start_ns, i.end_ns) for i in zero), whole)) / 1e6
+        text = f"{zero[0].detail} for {ms:.0f} ms of the stall (it did not read)"
+        evidence[NETWORK] = f"{evidence[NETWORK]}; {text}" if NETWORK in evidence else text
     io = _block_io(intervals, window)
     if io and shares[KERNEL] > 0:
         evidence[KERNEL] = f"{evidence[KERNEL]}; {io}"

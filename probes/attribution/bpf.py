@@ -43,6 +43,7 @@ class Thresholds:
     syscall_ns: int = 2_000_000
     cuda_ns: int = 2_000_000
     send_gap_ns: int = 100_000_000  # above a token's normal time (50-70 ms for the H200 run's Python server)
+    send_stall_ns: int = 2_000_000  # a TCP send queue of a serving thread full (EAGAIN) until it took bytes again
     block_ns: int = 5_000_000
     burst_gap_ns: int = 1_000_000  # allocation/free calls closer than this are one burst
     oncpu_ns: int = 1_000_000      # a serving thread's on-CPU span (slices merged) shorter than this stays
@@ -64,8 +65,11 @@ def check_comm(comm: str) -> str:
 
 
 def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringbuf_pages: int = 256,
-               calls: tuple[TimedCall, ...] = TIMED_CALLS, comm: str = "") -> str:
-    """The complete program: the thresholds, then signals.bpf.c, then one uprobe stub pair per timed call."""
+               calls: tuple[TimedCall, ...] = TIMED_CALLS, comm: str = "", cgroups: bool = False,
+               send_length: bool = False) -> str:
+    """The complete program: the thresholds, then signals.bpf.c, then one uprobe stub pair per timed call;
+    `cgroups` compiles in the cgroup lookup for processes not (yet) watched by pid; `send_length` the send-queue
+    stalls (the kernel has sock:sock_send_length, 6.3 on)."""
     t = thresholds
     defines = (f"#define AT_RUNNABLE_NS {t.runnable_ns}ULL\n#define AT_SYSCALL_NS {t.syscall_ns}ULL\n"
                f"#define AT_CUDA_NS {t.cuda_ns}ULL\n#define AT_SEND_GAP_NS {t.send_gap_ns}ULL\n"
@@ -73,10 +77,19 @@ def build_text(thresholds: Thresholds = DEFAULT_THRESHOLDS, port: int = 0, ringb
                f"#define AT_ONCPU_NS {t.oncpu_ns}ULL\n#define AT_ONCPU_GAP_NS {t.oncpu_gap_ns}ULL\n"
                f"#define AT_BLOCKED_NS {t.blocked_ns}ULL\n#define AT_FAULT_GAP_NS {t.fault_gap_ns}ULL\n"
                f"#define AT_FAULT_MIN {t.fault_min}ULL\n#define AT_FAULT_NS {t.fault_ns}ULL\n"
-               f"#define AT_PORT {int(port)}\n"
+               f"#define AT_PORT {int(port)}\n#define AT_CGROUPS {int(cgroups)}\n"
+               f"#define AT_SEND_LENGTH {int(send_length)}\n#define AT_SEND_STALL_NS {t.send_stall_ns}ULL\n"
                f"#define AT_RINGBUF_PAGES {ringbuf_pages}\n#define AT_COMM \"{check_comm(comm)}\"\n")
     stubs = "".join(
         f"int at_enter_{i}(struct pt_regs *ctx) {{ return at_cuda_enter({i}); }} /* {c.symbol} */\n"
         f"int at_leave_{i}(struct pt_regs *ctx) {{ return at_cuda_leave({i}, {int(c.kind == ALLOC)}); }}\n"
         for i, c in enumerate(calls))
     return defines + (_HERE / "signals.bpf.c").read_text() + "\n" + stubs
+
+
+TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
+def has_tracepoint(category: str, name: str, roots: tuple[str, ...] = TRACEFS) -> bool:
+    """Whether the running kernel has the tracepoint (a program naming a missing one does not load)."""
+    return any(Path(root, "events", category, name, "format").is_file() for root in roots)

@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from gpuslo.engine.errors import ProbeError
-from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text
+from gpuslo.probes.attribution.bpf import DEFAULT_THRESHOLDS, TIMED_CALLS, Thresholds, build_text, has_tracepoint
+from gpuslo.probes.attribution.cgroups import Cgroup
 from gpuslo.probes.attribution.samples import CudaSamples
 from gpuslo.probes.attribution.signals import IOCTL, SYSCALL_NAMES, WAIT_SYSCALLS, Interval
 from gpuslo.probes.ebpf.libraries import LibrarySet
 from gpuslo.probes.ebpf.preflight import preflight
 
 log = logging.getLogger(__name__)
-RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE = range(1, 11)
+(RUNNABLE, SYSCALL, CUDA, SEND_GAP, RETRANSMIT, BLOCK_IO, ONCPU, BLOCKED, FAULTS, SAMPLE, SEND_STALL,
+ ZERO_WINDOW) = range(1, 13)
+SEND_STALL_TRACEPOINTS = (("sock", "sock_send_length"), ("tcp", "tcp_probe"), ("sock", "inet_sock_set_state"))
 SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
 
 
@@ -58,6 +61,11 @@ def to_interval(r: Record) -> Interval | None:
         return Interval("blocked", detail="uninterruptible sleep", **base)
     if r.kind == FAULTS:
         return Interval("faults", detail=f"{r.arg} page faults", **base)
+    if r.kind == ZERO_WINDOW:
+        return Interval("zero_window", detail=f"the client's receive window was 0 on port {r.arg}", **base)
+    if r.kind == SEND_STALL:
+        return Interval("send_stall", detail=f"TCP send queue full on port {r.arg}" if r.arg else
+                        "TCP send queue full", **base)
     return None
 
 
@@ -70,11 +78,17 @@ def _cuda(func: int, calls: int, base: dict[str, int]) -> Interval | None:
 
 
 class Collector:
-    """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close()."""
+    """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close().
+    Processes of `cgroups` (and of their descendants) are watched too, learnt in the kernel at their first
+    system call there and from cgroup.procs at refresh_threads()."""
 
     def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0):
+                 keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0, cgroups: tuple[Cgroup, ...] = (),
+                 send_stalls: bool = True):
         self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
+        self.cgroups = cgroups
+        self.want_send_stalls = send_stalls
+        self.send_stalls = False  # hooked: wanted and the kernel has sock:sock_send_length (set at start)
         self.sample_hz = sample_hz
         self.cuda_samples = CudaSamples(sample_hz, symbol=self._symbol)
         self.sampling = False
@@ -90,7 +104,9 @@ class Collector:
         from bcc import BPF
 
         try:
-            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm).encode())
+            self.send_stalls = self.want_send_stalls and all(has_tracepoint(*tp) for tp in SEND_STALL_TRACEPOINTS)
+            self._bpf = BPF(text=build_text(self.thresholds, self.port, comm=self.comm, cgroups=bool(self.cgroups),
+                                            send_length=self.send_stalls).encode())
         except Exception as exc:  # BCC raises bare Exception
             raise ProbeError(f"attribution probe: the BPF program did not load: {str(exc)[:500]}") from exc
         for i, call in enumerate(TIMED_CALLS):
@@ -107,6 +123,8 @@ class Collector:
         if self.sample_hz > 0:
             self._start_sampling()
         self._bpf[b"records"].open_ring_buffer(self._on_record)
+        if self.cgroups:
+            self.refresh_threads()
 
     def _start_sampling(self) -> None:
         from bcc import PerfSWConfig, PerfType
@@ -141,10 +159,27 @@ class Collector:
         self.refresh_threads()
 
     def refresh_threads(self, proc: str = "/proc") -> None:
+        """Learn the threads of the watched processes from /proc; with cgroups, first their directories (those
+        made since included) and the processes in them."""
+        if self.cgroups:
+            ids = self._bpf[b"watched_cgroups"]
+            for cgroup in self.cgroups:
+                for cgid in cgroup.ids():
+                    ids[ids.Key(cgid)] = ids.Leaf(1)
+            table = self._bpf[b"watched_pids"]
+            for pid in set().union(*(c.pids() for c in self.cgroups)) - self.pids:
+                table[table.Key(pid)] = table.Leaf(1)
+            self.pids |= self.serving_pids()
         tids = self._bpf[b"watched_tids"]
         for pid in self.pids:
             for tid in _threads(pid, proc):
                 tids[tids.Key(tid)] = tids.Leaf(pid)
+
+    def serving_pids(self) -> set[int]:
+        """The watched processes: those given by pid and those the kernel learnt in a watched cgroup."""
+        if not self.cgroups:
+            return set(self.pids)
+        return self.pids | {int(k.value) for k in self._bpf[b"watched_pids"].keys()}
 
     def poll(self, timeout_ms: int = 0) -> list[Interval]:
         self._bpf.ring_buffer_poll(timeout_ms)
@@ -157,7 +192,8 @@ class Collector:
         return new
 
     def open_bursts(self) -> list[Interval]:
-        """Allocation/free bursts still open in the kernel map (their end is not yet known to be final)."""
+        """Allocation/free bursts, fault bursts and send-queue stalls still open in the kernel maps (their end is
+        not yet known to be final)."""
         found = []
         for key, b in self._bpf[b"bursts"].items():
             if b.end - b.start >= self.thresholds.cuda_ns:
@@ -165,6 +201,12 @@ class Collector:
                 if interval is not None:
                     found.append(interval)
         t = self.thresholds
+        if self.send_stalls:
+            now = time.monotonic_ns()
+            for s in self._bpf[b"send_full"].values():
+                if now - s.since >= t.send_stall_ns:
+                    found.append(Interval("send_stall", int(s.since), now, int(s.tgid), int(s.tid),
+                                          "TCP send queue full (open)"))
         for key, f in self._bpf[b"fault_burst"].items():
             if f.count >= t.fault_min and f.end - f.start >= t.fault_ns:
                 found.append(Interval("faults", int(f.start), int(f.end), 0, int(key.value),

@@ -18,6 +18,8 @@
 #define AT_BLOCKED 8
 #define AT_FAULTS 9
 #define AT_SAMPLE 10
+#define AT_SEND_STALL 11
+#define AT_ZERO_WINDOW 12
 
 struct at_record {
     u64 start_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
@@ -46,6 +48,7 @@ struct at_ckey {
 BPF_RINGBUF_OUTPUT(records, AT_RINGBUF_PAGES);
 BPF_HASH(watched_pids, u32, u8, 1024);        /* serving processes (tgid), set by user space */
 BPF_HASH(watched_tids, u32, u32, 65536);      /* their threads -> tgid, learnt at syscalls and from /proc */
+BPF_HASH(watched_cgroups, u64, u8, 4096);     /* cgroup v2 ids whose processes serve (set by user space) */
 struct at_runnable {
     u64 ts;          /* when it became runnable */
     u32 other;       /* who preempted it (0: it was woken, not preempted) */
@@ -134,8 +137,18 @@ static __always_inline u32 at_watched_self(u32 *tid_out)
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
     *tid_out = tid;
-    if (!watched_pids.lookup(&tgid))
+    if (!watched_pids.lookup(&tgid)) {
+#if AT_CGROUPS
+        /* A process of a watched cgroup is learnt at its first system call (or CUDA call) there. */
+        u64 cg = bpf_get_current_cgroup_id();
+        if (!watched_cgroups.lookup(&cg))
+            return 0;
+        u8 one = 1;
+        watched_pids.update(&tgid, &one);
+#else
         return 0;
+#endif
+    }
     watched_tids.update(&tid, &tgid);
     return tgid;
 }
@@ -394,3 +407,90 @@ int at_sample(struct bpf_perf_event_data *ctx)
     records.ringbuf_submit(r, 0);
     return 0;
 }
+
+#if AT_SEND_LENGTH
+struct at_sq {
+    u64 since;  /* the first send that found the queue full */
+    u32 tgid;
+    u32 tid;
+};
+BPF_HASH(send_full, u64, struct at_sq, 4096);  /* socket -> its open send-queue stall */
+#if AT_PORT
+/* Sockets whose local port is AT_PORT, with their receive-side history: tcp_probe fires for each segment they
+ * receive, before it is processed, so the window it shows is the one the previous segment advertised. A zero
+ * window (the client does not read) began at the segment before the first that shows it, and ended at the
+ * segment before the first that shows it open again. */
+struct at_win {
+    u64 last;        /* the previous segment's arrival */
+    u64 zero_since;  /* 0: the window is open */
+};
+BPF_TABLE("lru_hash", u64, struct at_win, port_socks, 16384);
+
+TRACEPOINT_PROBE(tcp, tcp_probe)
+{
+    if (args->sport != AT_PORT)
+        return 0;
+    u64 sk = (u64)args->skaddr, now = bpf_ktime_get_ns();
+    struct at_win *w = port_socks.lookup(&sk);
+    if (!w) {
+        struct at_win fresh = {.last = now};
+        port_socks.update(&sk, &fresh);
+        return 0;
+    }
+    if (args->snd_wnd == 0) {
+        if (!w->zero_since)
+            w->zero_since = w->last;
+    } else if (w->zero_since) {
+        if (w->last - w->zero_since >= AT_SEND_STALL_NS)
+            at_emit(AT_ZERO_WINDOW, w->zero_since, w->last, AT_PORT, 0, 0, 0, 0);
+        w->zero_since = 0;
+    }
+    w->last = now;
+    return 0;
+}
+#endif
+
+/* A socket leaving ESTABLISHED (or CLOSE_WAIT) ends what is tracked of it: a stall open when it closed would
+ * otherwise stay open (in user space's open stalls) for good, and its address may be reused. */
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->protocol != 6 || (args->oldstate != 1 && args->oldstate != 8))
+        return 0;
+    u64 sk = (u64)args->skaddr;
+    send_full.delete(&sk);
+#if AT_PORT
+    port_socks.delete(&sk);
+#endif
+    return 0;
+}
+
+TRACEPOINT_PROBE(sock, sock_send_length)
+{
+    if (args->protocol != 6) /* IPPROTO_TCP */
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    if (!watched_tids.lookup(&tid) || !at_comm_self())
+        return 0;
+    u64 sk = (u64)args->sk;
+#if AT_PORT
+    if (!port_socks.lookup(&sk))
+        return 0;
+#endif
+    int ret = args->ret;
+    u64 now = bpf_ktime_get_ns();
+    if (ret == -11) { /* EAGAIN: no room in the send queue; the first one opens the stall */
+        struct at_sq fresh = {.since = now, .tgid = id >> 32, .tid = tid};
+        send_full.lookup_or_try_init(&sk, &fresh);
+        return 0;
+    }
+    struct at_sq *open = send_full.lookup(&sk);
+    if (!open)
+        return 0;
+    struct at_sq st = *open;
+    send_full.delete(&sk);
+    if (ret >= 0 && now - st.since >= AT_SEND_STALL_NS)
+        at_emit(AT_SEND_STALL, st.since, now, AT_PORT, st.tgid, st.tid, 0, 0);
+    return 0;
+}
+#endif

@@ -22,8 +22,8 @@ SYSCALL_NAMES = {0: "read", 1: "write", 9: "mmap", 11: "munmap", 16: "ioctl", 17
 class Interval:
     """Something a serving thread spent time in (or the server's own gap between two sends)."""
 
-    kind: str          # runnable, syscall, ioctl, cuda_alloc, cuda_wait, send_gap, send_blocked, block_io,
-    #                    retransmit, oncpu, blocked (uninterruptible sleep), faults (a page-fault burst)
+    kind: str          # runnable, syscall, ioctl, cuda_alloc, cuda_wait, send_gap, send_blocked, send_stall,
+    #                    block_io, retransmit, oncpu, blocked (uninterruptible sleep), faults (a page-fault burst)
     start_ns: int      # CLOCK_MONOTONIC
     end_ns: int
     pid: int = 0

@@ -80,7 +80,7 @@ def test_real_clocks_align_within_the_measured_error():
 
 @pytest.mark.parametrize("arg, problem", [("pid=x", "invalid literal"), ("hz=500", "outside 1..100"),
                                           ("color=red", "unknown key"), ("comm=a b", "comm 'a b'"),
-                                          ("pid", "expected key=value")])
+                                          ("pid", "expected key=value"), ("cgroup=a++b", "empty cgroup path")])
 def test_bad_options_are_refused_precisely(arg, problem):
     with pytest.raises(ProbeError, match=problem):
         AttributionConfig.parse(arg)
@@ -90,6 +90,9 @@ def test_options():
     assert AttributionConfig.parse("pid=12+34,port=8000,comm=gs-engine,hz=50,lib=/a/libcuda.so.1,nvml=0") == \
         AttributionConfig(pids=(12, 34), port=8000, hz=50.0, libraries=("/a/libcuda.so.1",), nvml=False,
                           comm="gs-engine")
+    assert AttributionConfig.parse("cgroup=/sys/fs/cgroup/serving+system.slice/vllm.service").cgroups == (
+        "/sys/fs/cgroup/serving", "system.slice/vllm.service")
+    assert AttributionConfig.parse("sendq=0").sendq is False and AttributionConfig.parse("").sendq is True
 
 
 def test_a_requests_worst_gap_is_windowed_from_its_token_latency():
