@@ -45,14 +45,16 @@ class _Upsert:
         return [tuple(row[name] for name in self.order) for row in rows]
 
 
-_UPSERTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], _Upsert] = {}
+# (dialect, table, keys, counts, paramstyle): the paramstyle because psycopg2 and psycopg are both "postgresql".
+_UPSERTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...], str], _Upsert] = {}
 
 
 def _upsert_statement(dialect: Dialect, table: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> _Upsert:
     """The INSERT ... ON CONFLICT DO UPDATE adding the counts, compiled once per (dialect, table). SQLAlchemy
     cannot cache an ON CONFLICT statement (its cache key is None), so executing the built statement rebuilt its
     SET clause and recompiled it on every call: a quarter of the (d) fleet stream's samples."""
-    found = _UPSERTS.get((dialect.name, table.name, keys, counts))
+    key = (dialect.name, table.name, keys, counts, dialect.paramstyle)
+    found = _UPSERTS.get(key)
     if found is None:
         statement = (postgresql if dialect.name == "postgresql" else sqlite).insert(table)
         statement = statement.on_conflict_do_update(
@@ -61,7 +63,7 @@ def _upsert_statement(dialect: Dialect, table: Any, keys: tuple[str, ...], count
         if compiled._bind_processors:  # the driver SQL is sent as is, unprocessed
             raise StoreError(f"the {table.name} upsert needs bind processing")
         found = _Upsert(compiled.string, tuple(compiled.positiontup or ()) if compiled.positional else None)
-        _UPSERTS[dialect.name, table.name, keys, counts] = found
+        _UPSERTS[key] = found
     return found
 
 
