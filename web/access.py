@@ -67,6 +67,11 @@ class AccessState:
         self.credentials_seen = False
 
     def credentials_exist(self) -> bool:
+        """Whether a user or token exists. Only the positive fact is kept: credentials are never removed for
+        this purpose (revoked tokens count), so once seen, bootstrap is over for good. The negative is asked
+        anew every time (one driver statement): a credential that the CLI or another replica creates must end
+        bootstrap for this process's very next request, and a cached "none" would keep loopback clients
+        anonymous admins for as long as it lived."""
         if not self.credentials_seen:
             self.credentials_seen = current_core().accounts.any_credentials()
         return self.credentials_seen
@@ -180,7 +185,7 @@ def resolve_principal(access: AccessState) -> Principal | None:
         return found
     if not access.settings.auth_required:
         return Principal("anonymous", OPEN, ALL_PERMISSIONS)
-    if not access.credentials_exist() and _is_loopback(request.remote_addr):
+    if _is_loopback(request.remote_addr) and not access.credentials_exist():  # others: refused either way
         return Principal("anonymous", BOOTSTRAP, ALL_PERMISSIONS)
     return None
 
@@ -189,7 +194,7 @@ def _unauthenticated(access: AccessState) -> Response:
     if request.method == "GET" and not wants_json():
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
     message = "log in or send `Authorization: Bearer <token>`"
-    if not access.credentials_seen:
+    if not access.credentials_exist():
         message = BOOTSTRAP_HINT
     response = error_response(RequestError(401, "unauthenticated", message))
     response.headers["WWW-Authenticate"] = 'Bearer realm="gpuslo"'

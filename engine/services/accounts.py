@@ -24,8 +24,8 @@ class Accounts:
 
     def any_credentials(self) -> bool:
         """Whether a user or a token was ever created (then bootstrap mode is over)."""
-        with self._database.session(readonly=True) as session:
-            return credentials.any_credentials(session)
+        with self._database.engine.execution_options(gpuslo_readonly=True).connect() as connection:
+            return credentials.credentials_exist(connection)
 
     def find_token(self, clear: str) -> TokenView | None:
         """The live token with this clear text; None when unknown or revoked."""

@@ -10,15 +10,16 @@ from datetime import timedelta
 import pytest
 from slo_support import T0, brute_counts, fragmentation, measured_rulebook, request
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.engine.slo import report
+from gpuslo.engine.slo import report, store
 from gpuslo.engine.slo.attribution import OpenViolation, covers
 from gpuslo.engine.slo.backfill import backfill
 from gpuslo.engine.slo.model import LOOKBACKS
 from gpuslo.engine.slo.store import record_sli
 from gpuslo.engine.store import repository, violations
-from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, ViolationRow
+from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloDayRow, SloHourRow, ViolationRow
 
 RULEBOOK = measured_rulebook()
 SLI = RULEBOOK.slos["itl"].indicator
@@ -143,3 +144,55 @@ def test_backfill_recounts_without_double_counting(database):
         causes_after = session.execute(select(func.sum(SloCauseRow.bad))).scalar()
     assert [g.to_dict() for g in after] == [g.to_dict() for g in before]
     assert causes_after == causes_before
+
+
+def _statement_per_call(connection, table, keys, counts, rows):
+    """The former _upsert: the ON CONFLICT statement built (and so compiled) anew on every call."""
+    if not rows:
+        return
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table)
+    statement = statement.on_conflict_do_update(
+        index_elements=list(keys), set_={name: table.c[name] + statement.excluded[name] for name in counts})
+    connection.execute(statement, rows)
+
+
+def _stored_sli_rows(database):
+    """Every SLI row of the four tables, causes named by their violation's (rule, host, gpu, first seen)."""
+    with database.session(readonly=True) as session:
+        named = {r.id: (r.rule_id, r.host, r.gpu, r.first_seen) for r in session.scalars(select(ViolationRow))}
+        found = {table.__tablename__: sorted(tuple(row) for row in session.execute(select(table.__table__)))
+                 for table in (SloBucketRow, SloHourRow, SloDayRow)}
+        found["slo_causes"] = sorted((r.slo_id, r.group_key, r.minute, named[r.violation_id], r.bad)
+                                     for r in session.scalars(select(SloCauseRow)))
+    return found
+
+
+def _empty(database):
+    with database.engine.begin() as connection:
+        for table in ("slo_causes", "slo_buckets", "slo_hours", "slo_days", "violations", "events"):
+            connection.exec_driver_sql(f"DELETE FROM {table}")
+
+
+def test_the_compiled_upsert_stores_what_the_statement_per_call_stored(database, monkeypatch):
+    """Several batches over the same minutes, hours and days (rows added to, not only inserted), charged bad
+    requests included: the upsert compiled once per (dialect, table) and reused stores exactly the rows the
+    statement built per call stored, and its compiled form is the one object every batch used."""
+    events = sorted(_random_stream(4, minutes=2 * 1440, count=300)
+                    + [fragmentation(600, "node-1", 0), fragmentation(1440 * 60 + 30, "node-1", 1)],
+                    key=lambda e: e.time)
+    half = len(events) // 2
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_upsert", _statement_per_call)
+        _run(database, events[half:], _run(database, events[:half], batch_size=23), batch_size=23)
+    before = _stored_sli_rows(database)
+    _empty(database)
+    store._UPSERTS.clear()
+    evaluator = _run(database, events[:half], batch_size=23)
+    compiled = dict(store._UPSERTS)
+    _run(database, events[half:], evaluator, batch_size=23)
+    assert _stored_sli_rows(database) == before
+    assert before["slo_causes"] and all(before[t] for t in ("slo_buckets", "slo_hours", "slo_days"))
+    assert {key[1] for key in compiled} == {"slo_buckets", "slo_hours", "slo_days", "slo_causes"}
+    assert {key[0] for key in compiled} == {database.engine.dialect.name}
+    assert all(store._UPSERTS[key] is found for key, found in compiled.items())

@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 
 from access_support import CSRF, NOW, act_as, bearer, create_accounts
-from sqlalchemy import text
+from sqlalchemy import event, text
 from web_support import app_settings, seed_violation
 
 from gpuslo.engine.access import hash_password
 from gpuslo.engine.events import parse_event
 from gpuslo.engine.store import audit, credentials
 from gpuslo.engine.store.audit import AuditFilter
+from gpuslo.engine.store.db import Database
 from gpuslo.web import create_app
 from gpuslo.web.sessions import load_secret_key
 
@@ -189,3 +190,54 @@ def test_secret_key_is_made_once_private_and_reused(tmp_path, core):
     assert len(first) >= 32 and (tmp_path / "var" / "secret_key").stat().st_mode & 0o777 == 0o600
     assert load_secret_key(settings) == first
     assert load_secret_key(settings.with_overrides(secret_key="k" * 40)) == "k" * 40
+
+
+def _statements(database):
+    """The SQL statements the database is sent, recorded from now on."""
+    sent: list[str] = []
+    event.listen(database.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    return sent
+
+
+def test_bootstrap_asks_one_statement_per_loopback_request_and_none_once_credentials_are_seen(core):
+    """The fast paths: in bootstrap a loopback request asks one driver statement (no ORM session), a remote
+    request to a public route none (refused or not, its answer cannot depend on it); once a credential is seen
+    no request asks again."""
+    client = create_app(core.settings, core=core).test_client()
+    sent = _statements(core.database)
+
+    def asked() -> list[str]:
+        return [s for s in sent if "api_tokens" in s]
+
+    assert client.get("/api/v1/violations").status_code == 200
+    assert asked() == ["SELECT EXISTS (SELECT 1 FROM users) OR EXISTS (SELECT 1 FROM api_tokens)"]
+    sent.clear()
+    assert client.get("/healthz", environ_base={"REMOTE_ADDR": "10.1.2.3"}).status_code == 200
+    assert asked() == []
+    create_accounts(core.database)
+    assert client.get("/api/v1/violations").status_code == 401
+    sent.clear()
+    for _ in range(3):
+        assert client.get("/api/v1/violations").status_code == 401
+        assert client.get("/api/v1/violations", environ_base={"REMOTE_ADDR": "10.1.2.3"}).status_code == 401
+    assert asked() == []
+
+
+def test_a_credential_created_by_another_process_ends_bootstrap_at_the_next_request(core, tmp_path):
+    """Nothing negative is cached: a token or user written through another connection pool (the CLI, a fleet
+    replica) refuses the very next anonymous loopback request, write or read."""
+    client = create_app(core.settings, core=core).test_client()
+    for _ in range(3):
+        assert client.get("/api/v1/violations").status_code == 200
+    other = Database(core.database.url)
+    try:
+        with other.session() as session:
+            credentials.create_user(session, name="root", role="admin", password_hash=hash_password("a long password"),
+                                    now=NOW)
+    finally:
+        other.dispose()
+    assert client.get("/api/v1/violations").status_code == 401
+    ingest = client.post("/api/v1/events", json=[], headers={"Content-Type": "application/json"})
+    assert ingest.status_code in (401, 403)
+    remote = client.get("/api/v1/violations", environ_base={"REMOTE_ADDR": "10.1.2.3"})
+    assert "gpuslo users create" not in remote.get_json()["error"]["message"]
