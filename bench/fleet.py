@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "fleet"))  # the test suite's cluster and worker-process helpers
+for helpers in ("tests", "tests/fleet"):  # the test suite's cluster, worker-process and PostgreSQL helpers
+    sys.path.insert(0, str(ROOT / helpers))
 
 import engine_workload as workload  # noqa: E402
 from fleet_cluster_support import NatsCluster  # noqa: E402
