@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bpf_support import requires_bpf
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import format_time, parse_event
@@ -19,21 +20,10 @@ from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.cgroups import Cgroup, cgroup2_mount
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.ebpf.libraries import LibrarySet
-from gpuslo.probes.ebpf.preflight import preflight
 
-
-def _bpf_missing() -> str | None:
-    try:
-        preflight()
-    except ProbeError as exc:
-        return str(exc)
-    return None
-
-
-BPF_MISSING = _bpf_missing()
 ROOT = cgroup2_mount()
 pytestmark = [
-    pytest.mark.skipif(BPF_MISSING is not None, reason=BPF_MISSING or ""),
+    requires_bpf,
     pytest.mark.skipif(ROOT is None, reason="no cgroup2 filesystem mounted (no cgroup2 line in /proc/self/mounts)"),
 ]
 

@@ -11,26 +11,15 @@ import threading
 import time
 
 import pytest
+from bpf_support import requires_bpf
 
-from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.bpf import has_tracepoint
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.ebpf.libraries import LibrarySet
-from gpuslo.probes.ebpf.preflight import preflight
 
-
-def _bpf_missing() -> str | None:
-    try:
-        preflight()
-    except ProbeError as exc:
-        return str(exc)
-    return None
-
-
-BPF_MISSING = _bpf_missing()
 pytestmark = [
-    pytest.mark.skipif(BPF_MISSING is not None, reason=BPF_MISSING or ""),
+    requires_bpf,
     pytest.mark.skipif(not has_tracepoint("sock", "sock_send_length"),
                        reason="the kernel has no sock:sock_send_length tracepoint (Linux 6.3 on)"),
 ]

@@ -1,27 +1,10 @@
-"""The skip marker for tests that need root and working BPF: its reason is preflight's own message."""
+"""The eBPF tests' stand-in CUDA library and its runs; the skip marker for root and working BPF (bpf_support)."""
 
 from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
-
-from gpuslo.engine.errors import ProbeError
-from gpuslo.probes.ebpf.preflight import preflight
-
-
-def _bpf_missing() -> str | None:
-    try:
-        preflight()
-    except ProbeError as exc:
-        return str(exc)
-    return None
-
-
-BPF_MISSING = _bpf_missing()
-requires_bpf = pytest.mark.skipif(BPF_MISSING is not None, reason=BPF_MISSING or "")
 
 HERE = Path(__file__).parent
 TIB = 1 << 40

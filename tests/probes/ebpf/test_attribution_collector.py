@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from ebpf_support import requires_bpf
+from bpf_support import requires_bpf
 
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.ebpf.libraries import LibrarySet

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from ebpf_support import requires_bpf
+from bpf_support import requires_bpf
 
 from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.collector import Collector

@@ -6,7 +6,7 @@ import os
 import time
 from datetime import UTC, datetime
 
-from ebpf_support import requires_bpf
+from bpf_support import requires_bpf
 
 from gpuslo.engine.events import format_time, parse_event
 from gpuslo.probes.agent import Agent, AgentConfig

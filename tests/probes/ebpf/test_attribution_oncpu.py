@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from ebpf_support import requires_bpf
+from bpf_support import requires_bpf
 
 from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.bpf import Thresholds

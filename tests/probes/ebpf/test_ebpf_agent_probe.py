@@ -7,7 +7,8 @@ import sys
 import time
 
 import pytest
-from ebpf_support import TIB, AppRunner, FakeBuild, requires_bpf
+from bpf_support import requires_bpf
+from ebpf_support import TIB, AppRunner, FakeBuild
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.agent import ProbeSpec, load_probe

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from ebpf_support import requires_bpf
+from bpf_support import requires_bpf
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.ebpf.preflight import PreflightPaths, preflight

@@ -7,7 +7,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from ebpf_support import TIB, AppRunner, FakeBuild, requires_bpf
+from bpf_support import requires_bpf
+from ebpf_support import TIB, AppRunner, FakeBuild
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.engine.events import Event, parse_event

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ebpf_support import HERE, requires_bpf
+from bpf_support import requires_bpf
+from ebpf_support import HERE
 
 from gpuslo.engine.errors import ProbeError
 from gpuslo.probes.agent import ProbeSpec, load_probe
