@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pytest
@@ -227,20 +227,38 @@ class _Proxy:
             s.close()
 
 
-def test_while_the_database_is_down_nothing_is_quarantined_and_the_batch_is_stored_whole_after(
-        bus: Bus, fleet_database: Database) -> None:
-    url = make_url(fleet_database.url)
+class _BehindProxy(NamedTuple):
+    proxy: _Proxy
+    through: Database
+    runner: PartitionRunner
+    metrics: Metrics
+    events: list[dict[str, Any]]
+    pending: Any
+
+
+def _evaluated_behind_a_proxy(bus: Bus, database: Database, owner: str, prefix: str, count: int) -> _BehindProxy:
+    """A host partition's runner that has evaluated `count` Xid events (not stored), and `database` seen through
+    a loopback proxy that stays down until `proxy.up()`."""
+    url = make_url(database.url)
     proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))
     through = Database(url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False))
     rulebooks = load_directory(RULES)[0]
     partition = next(p for p in RoutingTable.of(rulebooks, 1).all_partitions() if p.space == "host")
     metrics = Metrics()
-    runner = PartitionRunner(partition, rulebooks_for(rulebooks, partition.space), bus=bus, database=fleet_database,
-                             owner="down-test", notify=lambda *_: None, metrics=metrics, settings=PartitionSettings())
-    events = [_xid(f"d-{i}", f"node-{i % 3}", i) for i in range(9)]
+    runner = PartitionRunner(partition, rulebooks_for(rulebooks, partition.space), bus=bus, database=database,
+                             owner=owner, notify=lambda *_: None, metrics=metrics, settings=PartitionSettings())
+    events = [_xid(f"{prefix}-{i}", f"node-{i % 3}", i) for i in range(count)]
     now = datetime.now(UTC)
     pending = runner.evaluate([Delivered(i + 1, now, orjson.dumps(e)) for i, e in enumerate(events)])
-    assert pending is not None and len(pending.results[0].matches) == 9
+    assert pending is not None
+    return _BehindProxy(proxy, through, runner, metrics, events, pending)
+
+
+def test_while_the_database_is_down_nothing_is_quarantined_and_the_batch_is_stored_whole_after(
+        bus: Bus, fleet_database: Database) -> None:
+    proxy, through, runner, metrics, events, pending = _evaluated_behind_a_proxy(bus, fleet_database, "down-test",
+                                                                                  "d", 9)
+    assert len(pending.results[0].matches) == 9
     lost: list[PartitionRunner] = []
     storing = threading.Thread(target=lambda: lost.extend(store_batches(through, [pending], "down-test",
                                                                         lambda *_: None, metrics)))
@@ -266,17 +284,8 @@ def test_while_the_database_is_down_nothing_is_quarantined_and_the_batch_is_stor
 
 def test_a_worker_told_to_stop_while_the_database_is_down_abandons_the_batch_and_stores_nothing(
         bus: Bus, fleet_database: Database) -> None:
-    url = make_url(fleet_database.url)
-    proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))  # never up: the database stays away
-    through = Database(url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False))
-    rulebooks = load_directory(RULES)[0]
-    partition = next(p for p in RoutingTable.of(rulebooks, 1).all_partitions() if p.space == "host")
-    metrics = Metrics()
-    runner = PartitionRunner(partition, rulebooks_for(rulebooks, partition.space), bus=bus, database=fleet_database,
-                             owner="stop-test", notify=lambda *_: None, metrics=metrics, settings=PartitionSettings())
-    events = [_xid(f"s-{i}", f"node-{i % 3}", i) for i in range(6)]
-    pending = runner.evaluate([Delivered(i + 1, datetime.now(UTC), orjson.dumps(e)) for i, e in enumerate(events)])
-    assert pending is not None
+    # the proxy is never brought up: the database stays away
+    proxy, through, runner, metrics, _, pending = _evaluated_behind_a_proxy(bus, fleet_database, "stop-test", "s", 6)
     stop = threading.Event()
     outcome: list[BaseException | list[PartitionRunner]] = []
 
