@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, exists, select
+from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.access import ROLES, hash_token, new_token, permissions_of_scopes
@@ -66,20 +66,14 @@ def _check_name(name: str, what: str) -> str:
     return clean
 
 
-@store_operation
-def any_credentials(session: Session) -> bool:
-    """True once any user or token was ever created (revoked tokens count: revoking all never reopens)."""
-    return bool(session.scalar(select(exists().where(UserRow.id.is_not(None))))
-                or session.scalar(select(exists().where(ApiTokenRow.id.is_not(None)))))
-
-
 # Asked on every loopback request while none exists (bootstrap): one driver statement, no ORM session.
 _CREDENTIALS_EXIST = "SELECT EXISTS (SELECT 1 FROM users) OR EXISTS (SELECT 1 FROM api_tokens)"
 
 
 @store_operation
 def credentials_exist(connection: Connection) -> bool:
-    """any_credentials on a bare connection (read-only), without a Session: about 8x cheaper on SQLite."""
+    """True once any user or token was ever created (revoked tokens count: revoking all never reopens); on a
+    bare connection (read-only), without a Session: about 8x cheaper on SQLite."""
     return bool(connection.exec_driver_sql(_CREDENTIALS_EXIST).scalar())
 
 
