@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.fleet.routing import Partition, slis_of, value_index
 from gpuslo.engine.rulebook.model import Rulebook
+from gpuslo.engine.slo import model as slo_model
 from gpuslo.engine.slo import store as slo_store
 from gpuslo.engine.slo.counter import parse_key
 from gpuslo.engine.slo.model import Sli
@@ -39,8 +40,8 @@ class SliState:
 
 
 def burn_rule_ids(rulebooks: Sequence[Rulebook]) -> tuple[str, ...]:
-    """Every burn alert's rule id (the store never charges bad requests to these violations)."""
-    return tuple(sli.alert_rule_id(alert) for sli in slis_of(rulebooks) for alert in sli.policy)
+    """Every burn alert's rule id of the rulebooks' SLIs."""
+    return slo_model.burn_rule_ids(slis_of(rulebooks))
 
 
 def owns_group(partition: Partition, sli: Sli, key: str) -> bool:

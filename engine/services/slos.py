@@ -12,7 +12,7 @@ from gpuslo.engine.housekeeping import RETENTION_INTERVAL_S
 from gpuslo.engine.services.changes import utcnow
 from gpuslo.engine.slo import report
 from gpuslo.engine.slo import store as slo_store
-from gpuslo.engine.slo.model import Sli
+from gpuslo.engine.slo.model import Sli, burn_rule_ids
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.read_models import ViolationFilter, ViolationView
@@ -30,7 +30,7 @@ class Slos:
 
     def burn_rules(self) -> list[str]:
         """The ids of the burn-rate alert rules the SLIs define."""
-        return [sli.alert_rule_id(alert) for sli in self.slis() for alert in sli.policy]
+        return list(burn_rule_ids(self.slis()))
 
     def stored_buckets(self, sli: Sli) -> list[tuple[str, int, int, int]]:
         """The stored (group key, minute, good, total) of an SLI's window: the engine's seed at a load."""

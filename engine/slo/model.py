@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpuslo.engine.events import Event
@@ -85,3 +85,8 @@ class CompiledSli:
     sli: Sli
     is_request: Callable[[Event], bool]
     is_good: Callable[[Event], bool]
+
+
+def burn_rule_ids(slis: Iterable[Sli]) -> tuple[str, ...]:
+    """The rule ids of every burn alert of these SLIs (the store never charges bad requests to them)."""
+    return tuple(sli.alert_rule_id(alert) for sli in slis for alert in sli.policy)
