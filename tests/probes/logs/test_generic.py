@@ -3,9 +3,12 @@ framework's wording, one behaviour each; alone they keep every look-alike of eve
 
 from __future__ import annotations
 
+import random
+
 from corpus import READ_TIME, REPORTED, load, run
 from generalization import generic_only
 
+from gpuslo.probes.logs.catalog import TRIGGER_WORDS
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
 
 
@@ -89,3 +92,26 @@ def test_an_allocation_that_failed_on_a_gpu_but_not_on_the_host():
 
 def test_a_generic_wording_needs_log_structure_in_front():
     assert events("When the diagnostic cannot allocate enough GPU memory it reports DCGM_FR_MEMORY_ALLOC") == []
+
+
+def test_fuzzed_lines_of_trigger_words_and_field_shapes_never_stop_the_parser():
+    """Poison check: lines stitched from every trigger word, status names, sizes, brackets and stamps (some of
+    them tens of kilobytes) raise nothing, and the same parser still reads a real incident afterwards."""
+    pieces = [w.decode() for w in TRIGGER_WORDS] + [
+        "CUDA error", "out of memory", "cudaErrorMemoryAllocation", "CUDA_ERROR_", "Xid", "ncclSystemError",
+        "failed:", "Tried to allocate", "GiB", " 9" * 50, "(", ")", "[", "]", ":", "=", '"', "0x",
+        "999999999999999999999", "rank", "NCCL WARN", "2026-01-01 00:00:00", "\t", "é", "\x1b[31m"]
+    rng = random.Random(11)
+    parser = LogParser(ParserSettings(host="node1", source="fuzz"), clock=lambda: READ_TIME)
+    offset = 0
+    for _ in range(3000):
+        line = " ".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
+        if rng.random() < 0.03:
+            line *= rng.randint(20, 200)
+        raw = line.encode() + b"\n"
+        assert all(event.kind for event in parser.feed(raw, offset))
+        offset += len(raw)
+    parser.flush()
+    oom = b"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)\n"
+    found = parser.feed(oom, offset) + parser.flush()
+    assert [e.kind for e in found] == ["cuda_oom"]
