@@ -4,7 +4,7 @@
 #
 #   scripts/fetch-fleet-kit.sh DEST            # from the project root; e.g. DEST=.fleet in /work/main, then carry it
 #
-# DEST/debs    PostgreSQL 15 (server binaries), libpq5, nats-server and every shared library they load besides
+# DEST/debs    PostgreSQL 15 (the server package less its LLVM JIT, translations and manuals), libpq5, nats-server and every shared library they load besides
 #              glibc's own, as Debian 12 .deb files (unpacked there with dpkg -x; the run script takes from them only
 #              the libraries that machine lacks: libicu72 and libldap-2.5 at least, Ubuntu 24.04 has ICU 74 and
 #              OpenLDAP 2.6). No LLVM: the server is run with jit=off, so llvmjit.so is never loaded.
@@ -31,6 +31,20 @@ download() {  # apt-get download into DEST/debs; its output only when it fails
         || { cat "$scratch/apt.log" >&2; echo "fetch-fleet-kit: apt-get download $* failed" >&2; exit 4; }
 }
 download postgresql-15 libpq5 nats-server
+# The server package without what the run never loads and that makes most of its size: the LLVM JIT and its bitcode
+# (jit=off), the message translations and the manuals. Repacked as a Debian package, its version marked +nojit.
+server=$(find "$dest/debs" -name 'postgresql-15_*_amd64.deb' ! -name '*+nojit*')
+if [ -n "$server" ]; then
+    dpkg-deb -R "$server" "$scratch/server"
+    rm -rf "$scratch/server/usr/lib/postgresql/15/lib/bitcode" "$scratch/server/usr/lib/postgresql/15/lib/llvmjit"* \
+        "$scratch/server/usr/share/locale" "$scratch/server/usr/share/doc" "$scratch/server/usr/share/man" \
+        "$scratch/server/usr/share/postgresql/15/man" "$scratch/server/DEBIAN/md5sums"
+    sed -i 's/^Version: \(.*\)$/Version: \1+nojit/' "$scratch/server/DEBIAN/control"
+    rm -f "$dest"/debs/postgresql-15_*+nojit_amd64.deb
+    dpkg-deb --root-owner-group -Zxz -b "$scratch/server" \
+        "$dest/debs/$(basename "$server" _amd64.deb)+nojit_amd64.deb" >/dev/null
+    rm -f "$server"
+fi
 for deb in "$dest"/debs/postgresql-15_*.deb "$dest"/debs/libpq5_*.deb; do dpkg -x "$deb" "$scratch/root"; done
 pg="$scratch/root/usr/lib/postgresql/15"
 # What the run starts and loads: the server, initdb, pg_ctl, and the modules initdb and the server load

@@ -350,7 +350,7 @@ nats-server --version || fail 26 "nats-server does not run"
 step "Python: a venv of the carried wheels (isolated from the image's packages), durable-rules built, gpuslo"
 python3 -m venv --without-pip "$venv" 2>/dev/null || {
     # no venv module: the same layout by hand (a python3 link and pyvenv.cfg make sys.prefix the venv)
-    interpreter=$(python3 -c 'import sys; print(sys.executable)')
+    interpreter=$(python3 -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')
     mkdir -p "$venv/bin" "$venv/lib/python$pyver/site-packages"
     ln -sf "$interpreter" "$venv/bin/python"
     printf 'home = %s\ninclude-system-site-packages = false\nversion = %s\n' "$(dirname "$interpreter")" \
