@@ -62,7 +62,10 @@ _API = re.compile(
     r"|failed call to (cu\w+)|at function (cuda\w+)\(|\b(cuda[A-Z]\w*)\(\)\s*error\b"
     r"|Call to (cu[A-Z]\w*) results in|\b(cu(?:da)?[A-Z]\w*)(?: retry)? failed\b"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
-    r"|cuMem\w+)\b", re.MULTILINE)
+    r"|cuMem\w+)\b"
+    # the call a check prints with its status: "CUDA error: cudaMemcpyAsync(dst, ...): invalid argument", HPL's
+    # "CUDART Error: cudaMemcpyAsync( ... ) = 700 (an illegal memory access ...)"
+    r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \(", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
            "initnum", "curesult", "rsnum", "stream", "invnum")
 
@@ -215,7 +218,7 @@ def _cudnn(text: str) -> Found | None:
         return None
     # cudnnStatus_t values differ between cuDNN 8 and 9 and the line does not print them: no error_code
     kind = "cuda_oom" if match.group(1) == "ALLOC_FAILED" else "cuda_error"
-    return Found(kind, _clean({"error_name": match.group(0), "api": _api(text)}))
+    return Found(kind, _clean({"error_name": match.group(0), "api": _api(text)}), gpu=_cuda_gpu(text))
 
 
 def _device_assert(text: str) -> Found:

@@ -55,8 +55,10 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? [\w./-]+:\d+\]\s?",
     # mpirun's rank tag in front of NCCL's prefix: "[2] node0:13572:13640 [1] "
     r"\[(?P<mpirank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )",
-    # NCCL's own "host:pid:tid [cudaDev] "
-    r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
+    # srun --label's task tag in front of NCCL's prefix or a traceback: "201: :41367:41367 [1] ", "201: Traceback"
+    r"\d{1,5}: (?=[\w.-]*:\d+:\d+ \[\d+\] |Traceback|\s+File \")",
+    # NCCL's own "host:pid:tid [cudaDev] " (some builds print an empty host: ":41367:41367 [1] ")
+    r"(?P<ncclhost>[\w.-]*):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
 ))
 MAX_LAYERS = 10
 _TAG_KV = re.compile(r"\b(pid|rank)=(\d+)")
@@ -156,7 +158,7 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
                                                or groups.get("syspid") or groups.get("lcpid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))
-        log_host = log_host or groups.get("sysloghost") or groups.get("ncclhost")
+        log_host = log_host or groups.get("sysloghost") or groups.get("ncclhost") or None
         if origin is None and groups.get("nccltid"):
             origin = f"{groups['ncclhost']}:{groups['ncclpid']}:{groups['nccltid']}"
         text = text[match.end():]
@@ -170,7 +172,14 @@ _GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]
                            r"(?:cpp|cc|cu|h|hpp|py):\d+\] )")
 
 
+# a source location near the head of a code span that opens a line: the span holds a pasted log record
+_PASTED_RECORD = re.compile(r"\s*`+ ?(?=[^`\n]{0,300}?(?:[A-Za-z]:)?[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py)[:(]\d+)")
+
+
 def _inline_code(part: str) -> list[str]:
+    opened = _PASTED_RECORD.match(part)
+    if opened:  # "` onnx runtime error 6: ... einsum_auxiliary_ops.cc:298 ... CUDA failure 1: ...`"
+        return [part[opened.end():]]
     at = part.find("`")
     if at < 0 or not any(p.match(part, at + 1) for p in _PREFIXES):
         return [part]

@@ -32,9 +32,9 @@ def test_the_third_and_fourth_held_out_splits_name_sources_no_earlier_split_has(
     assert not {c.source for c in load("heldout5")} & (later | {c.source for c in heldout4})
     assert not {c.source for c in load("heldout6")} & (later | {c.source for s in ("heldout4", "heldout5")
                                                                for c in load(s)})
-    for index, split in enumerate(("heldout7", "heldout8", "heldout9", "heldout10", "heldout11")):
+    for index, split in enumerate(("heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12")):
         before = later | {c.source for s in ("heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
-                                             "heldout9", "heldout10")[:3 + index] for c in load(s)}
+                                             "heldout9", "heldout10", "heldout11")[:3 + index] for c in load(s)}
         assert not {c.source for c in load(split)} & before, split
 
 
@@ -56,7 +56,7 @@ def test_the_second_held_out_split_meets_the_bar():
 
 
 @pytest.mark.parametrize("case", CASES + load("heldout2") + load("heldout-nan") + HELDOUT3 + load("heldout5")
-                         + load("heldout10") + load("heldout11"),
+                         + load("heldout10") + load("heldout11") + load("heldout12"),
                          ids=lambda c: f"{c.split}:{c.name}")
 def test_fast_scan_matches_line_by_line(case):
     data = case.text.encode() if case.text.endswith("\n") else case.text.encode() + b"\n"
