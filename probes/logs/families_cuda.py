@@ -42,6 +42,8 @@ _CUDA_TEXT = re.compile(
     r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
     # TensorRT 7/8: "safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)"
     r"|Cuda Error in [\w:]+: (?P<trtnum>\d+) \((?P<trttext>[^)\n]+)\)"
+    # ... and its cuBLAS wrapper: "cuBLAS Error in CublasWrapper: 3 (Could not initialize cublas ...)", a cublasStatus_t
+    r"|cuBLAS Error in [\w:]+: (?P<trtcublas>\d+) \("
     # Torch-TensorRT: "Unable to read CUDA capable devices. Return status: 35"
     r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
     # OpenMM's CUDA platform: "Error synchronizing on event for CCMA: Invalid error code (700) at .../cuda/..."
@@ -88,6 +90,12 @@ def _cuda(text: str) -> Found | None:
     if match.group("cudnnnum"):  # cudnnStatus_t numbers differ between cuDNN 8 and 9: the number, no name
         return Found("cuda_error", _clean({"error_code": int(match.group("cudnnnum")), "api": api_name or "cudnn"}),
                      gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if match.group("trtcublas"):
+        code = int(match.group("trtcublas"))
+        status = next((name for name, value in CUBLAS_STATUS.items() if value == code), None)
+        return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error", _clean({
+            "error_name": "CUBLAS_STATUS_" + status if status else None, "error_code": code, "api": "cublas"}),
+            gpu=_cuda_gpu(text))
     if match.group("curesult"):
         api = re.search(r"func=(\w+)", text)
         api_name = api.group(1) if api else api_name
@@ -150,7 +158,7 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
                              r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
-                             r"|CUresult error\s+result=\d|Cuda Error in [\w:]+: \d+ \("
+                             r"|CUresult error\s+result=\d|(?:Cuda|cuBLAS) Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
                              r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
                              r"|CUDA initiali[sz]ation failure with error \d"),

@@ -27,10 +27,15 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # SGLang: "[2024-10-22 06:31:49 TP0] ", "[2025-01-01 10:00:00 DP1 TP3] "
     r"\[" + _ISO + r"(?: (?:TP|DP|PP|EP)\d+)+\] ",
     r"\[?" + _ISO + r"\]?:?\s+",
+    # a console that stamps lines to the minute (" 2025-02-18 12:54 [rank12]:[E218 ...")
+    r"\s*(?P<minute>\d{4}-\d\d-\d\d \d\d:\d\d) (?=\S)",
     # TensorRT's trtexec/logger ("[05/25/2023-20:44:13] [W] ", "[TRT] [E] "), TensorRT-LLM's ("[TensorRT-LLM][ERROR] ")
     r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] (?:\[[VIWEF]\] )?",
     r"(?:\[TRT\] )?\[[VIWEF]\] (?:\[TRT\] )?",
     r"\[TensorRT-LLM\](?:\[[A-Z]+\])+ ",
+    # TensorRT-LLM's Python logger: "[TRT-LLM] [RANK 2] [E] ", and the same line quoted in a reply ("> [09/17/...")
+    r"\[TRT-LLM\] (?:\[RANK (?P<trtrank>\d+)\] )?\[[VIWEF]\] ",
+    r"> (?=\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] )",
     # dmesg -T
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*",
     r"\[\s*\d+\.\d+\]\s*",  # dmesg uptime
@@ -146,6 +151,8 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
         else:
             break
         groups = match.groupdict()
+        if groups.get("minute"):
+            groups["iso"] = groups["minute"] + ":00"
         if groups.get("goday"):  # Go's "2006/01/02 15:04:05"
             groups["iso"] = f"{groups['goday'].replace('/', '-')} {groups['gohms']}"
         if "=" in match.group(0):  # a Ray/vLLM worker tag names pid and rank in any order: "(VllmWorker rank=1 pid=7)"
@@ -154,7 +161,8 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
             groups["pid"] = groups["pid"] or tag.get("pid")
             groups["wrank"] = groups.get("wrank") or tag.get("rank")
         moment = moment or _time_of(groups, clock)
-        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank"))
+        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank")
+                                                       or groups.get("trtrank"))
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
                                                or groups.get("syspid") or groups.get("lcpid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))

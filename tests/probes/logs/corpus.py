@@ -27,7 +27,8 @@ from gpuslo.engine.events import Event
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
 
 CORPUS = Path(__file__).parent / "corpus"
-SPLITS = ("tune", "heldout", "tune-h15b")  # every excerpt of these gives exactly its events (test_corpus.py)
+# every excerpt of these gives exactly its events (test_corpus.py)
+SPLITS = ("tune", "heldout", "tune-h15b", "tune-h15d")
 # these keep their misses (their first runs are beside them)
 REPORTED = (*SPLITS, "heldout2", "heldout-nan", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12")
