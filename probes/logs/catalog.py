@@ -49,7 +49,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"Current loss scale", b"NvLink link", b"BFCArena", b"Detected a ", b"Fail - GPU", b"UDNN failure", b"Capture",
     b"Insufficient GPU memory", b"'s watchdog", b"Internal: unable to create", b"Executor creation failed",
     b"/library version mismatch", b"CUFFT", b"CUresult", b"XID", b".cu at line", b"Success", b"Gpu API",
-    b"'thrust::", b"!!!! kernel", b"Cuda error", b"Xid",
+    b"'thrust::", b"!!!! kernel", b"Cuda ", b"Xid",
 )
 
 

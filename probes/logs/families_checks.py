@@ -110,6 +110,21 @@ _CUDACHECK = re.compile(r"\bCuda error [^\s']+:\d+ '(?P<text>[^'\n]+)'")
 _AT_LINE = re.compile(r"^\s*(?P<text>[a-z][\w ,'-]{8,}?) (?:in|at) (?:file )?\S+\.cuh? at line \d+")
 
 
+# LAMMPS's geryon: "Cuda driver error 804 in call at file\n'/path/nvd_device.h' in line 333." (a CUresult number; below
+# 100 only 1 and 2 mean the same as the runtime's codes)
+_DRIVER_NUMBER = re.compile(r"\bCuda driver error (\d+) in call at file\b")
+
+
+def _driver_number(text: str) -> Found | None:
+    match = _DRIVER_NUMBER.search(text)
+    assert match is not None
+    code = int(match.group(1))
+    status = status_for_code(code) if code in (1, 2) or code >= 100 else None
+    if status is None:
+        return Found("cuda_error", {"error_code": code, "api": "cuda driver"})
+    return Found(_kind_for(status[1]), {"error_name": status[0], "error_code": status[1], "api": "cuda driver"})
+
+
 def _stated(pattern: re.Pattern[str]):  # type: ignore[no-untyped-def]
     def extract(text: str) -> Found | None:
         match = pattern.search(text)
@@ -130,6 +145,7 @@ CHECK_FAMILIES: tuple[Family, ...] = (
            joiner="\n", accept=_c(r"^\s*what\(\):|^\s*(?:error|CUDA error)\b")),
     Family("deepspeed_gemm", _GEMM, _gemm),
     Family("cudacheck", _CUDACHECK, _stated(_CUDACHECK)),
+    Family("cuda_driver_number", _DRIVER_NUMBER, _driver_number),
     Family("cuda_at_line", _AT_LINE, _stated(_AT_LINE)),
 )
 """Tried after the CUDA status families (which read these lines' "CUDA error: ..." first when they have one)."""
@@ -137,7 +153,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "cuda_check_failed": (" cudaSuccess", "(cudaSuccess"), "opencv_gpu_api": ("Gpu API call",),
     "thrust_error": ("thrust::system::", " failed"), "terminate_cuda": ("terminate called after throwing",),
     "deepspeed_gemm": ("!!!! kernel execution error",), "cudacheck": ("Cuda error ",), "cuda_at_line": (" at line ",),
+    "cuda_driver_number": ("Cuda driver error ",),
 }
 # the prefilter's words for these lines (catalog.py): each led by a byte that is rare in log text
 # ("'thrust::" is on the terminate line a thrust what() follows; a what() alone is not read)
-TRIGGERS: tuple[bytes, ...] = (b"Success", b"Gpu API", b"'thrust::", b"!!!! kernel", b"Cuda error", b".cu at line")
+TRIGGERS: tuple[bytes, ...] = (b"Success", b"Gpu API", b"'thrust::", b"!!!! kernel", b"Cuda ", b".cu at line")

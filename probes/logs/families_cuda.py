@@ -163,9 +163,12 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
                              r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
-           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "),
-           max_lines=3, joiner="\n",
-           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): ")),
+           # ... and GPUMD-style blocks: "CUDA Error:" then "File:", "Line:", "Error code: 700", "Error text: ..."
+           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "
+                       r"|\n\s*Error text:\s*\S"),
+           max_lines=5, joiner="\n",
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): "
+                     r"|^\s*(?:File|Line|Error code|Error text):\s")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),
 )
