@@ -125,6 +125,31 @@ def _driver_number(text: str) -> Found | None:
     return Found(_kind_for(status[1]), {"error_name": status[0], "error_code": status[1], "api": "cuda driver"})
 
 
+# cuBLAS's own status strings (cublasGetStatusString), as THC ("cublas runtime error : the GPU program failed to
+# execute at THCBlas.cu:278") and TransformerEngine ("cublas_gemm: cuBLAS Error: the requested functionality is not
+# supported") print them
+_CUBLAS_TEXTS = {
+    "the library was not initialized": "NOT_INITIALIZED", "resource allocation failed": "ALLOC_FAILED",
+    "an invalid numeric value was used as an argument": "INVALID_VALUE",
+    "an absent device architectural feature is required": "ARCH_MISMATCH",
+    "an access to gpu memory space failed": "MAPPING_ERROR", "the gpu program failed to execute": "EXECUTION_FAILED",
+    "an internal operation failed": "INTERNAL_ERROR", "the requested functionality is not supported": "NOT_SUPPORTED",
+    "the functionnality requested requires some license and an error was detected when trying to check the current "
+    "licensing": "LICENSE_ERROR",
+}
+_CUBLAS_TEXT = re.compile(r"\b(?:cublas runtime error|cuBLAS Error)\s*:\s*(?P<text>[a-z][a-z ]+?)\s*(?: at |$|\.|\()",
+                          re.IGNORECASE)
+
+
+def _cublas_text(text: str) -> Found | None:
+    match = _CUBLAS_TEXT.search(text)
+    status = _CUBLAS_TEXTS.get(match.group("text").lower()) if match else None
+    if status is None:
+        return None
+    return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error", {
+        "error_name": "CUBLAS_STATUS_" + status, "error_code": CUBLAS_STATUS.get(status), "api": "cublas"})
+
+
 def _stated(pattern: re.Pattern[str]):  # type: ignore[no-untyped-def]
     def extract(text: str) -> Found | None:
         match = pattern.search(text)
@@ -146,6 +171,7 @@ CHECK_FAMILIES: tuple[Family, ...] = (
     Family("deepspeed_gemm", _GEMM, _gemm),
     Family("cudacheck", _CUDACHECK, _stated(_CUDACHECK)),
     Family("cuda_driver_number", _DRIVER_NUMBER, _driver_number),
+    Family("cublas_text", _CUBLAS_TEXT, _cublas_text),
     Family("cuda_at_line", _AT_LINE, _stated(_AT_LINE)),
 )
 """Tried after the CUDA status families (which read these lines' "CUDA error: ..." first when they have one)."""
@@ -154,6 +180,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "thrust_error": ("thrust::system::", " failed"), "terminate_cuda": ("terminate called after throwing",),
     "deepspeed_gemm": ("!!!! kernel execution error",), "cudacheck": ("Cuda error ",), "cuda_at_line": (" at line ",),
     "cuda_driver_number": ("Cuda driver error ",),
+    "cublas_text": ("cublas runtime error", "cuBLAS Error", "CUBLAS RUNTIME ERROR", "cuBLAS error"),
 }
 # the prefilter's words for these lines (catalog.py): each led by a byte that is rare in log text
 # ("'thrust::" is on the terminate line a thrust what() follows; a what() alone is not read)

@@ -30,7 +30,7 @@ def _kind_for(code: int | None) -> str:
 
 _CUDA_TEXT = re.compile(
     r"CUDA [Ee]rror:\s*(?P<text>[^\n]+?)(?:\s*(?:when calling|\n|CUDA kernel errors|$))"
-    r"|Cuda failure (?:\d+ )?'(?P<nccl>[^']+)'"
+    r"|Cuda failure (?:(?P<ncclnum>\d+) )?'(?P<nccl>[^'\n]+)(?:'|$)"  # a paste may cut the closing quote
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<old>[^\n]+?)(?: at |$)"
     r"|THCudaCheck FAIL[^\n]*?error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
     # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
@@ -115,6 +115,7 @@ def _cuda(text: str) -> Found | None:
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or find_scheme_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
+              or match.group("ncclnum")
               or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum")
               or match.group("invnum"))
     if code is None and number:

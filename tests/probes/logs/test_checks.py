@@ -128,6 +128,31 @@ def test_a_minute_stamped_console_line_keeps_its_launcher_rank():
     assert (event.rank, event.time) == (9, datetime(2025, 2, 18, 12, 54, tzinfo=UTC))
 
 
+def test_cublas_status_strings_name_the_status():
+    thc = one("RuntimeError: cublas runtime error : the GPU program failed to execute at /src/THC/THCBlas.cu:278")
+    te = one("RuntimeError: /te/common/gemm/cublaslt_gemm.cu:326 in function cublas_gemm: cuBLAS Error: resource "
+             "allocation failed")
+    assert (thc.attrs["error_name"], te.kind) == ("CUBLAS_STATUS_EXECUTION_FAILED", "cuda_oom")
+
+
+def test_an_nccl_cuda_failure_whose_quote_a_paste_cut_is_read_by_its_number():
+    event = one("gpu47:4962:5097 [1] transport/nvls.cc:223 NCCL WARN Cuda failure 999 'unknown error")
+    assert (event.attrs["error_name"], event.gpu) == ("cudaErrorUnknown", 1)
+
+
+def test_a_driver_error_number_is_read_as_a_curesult():
+    event = one("Cuda driver error 804 in call at file\n'/opt/lammps/lib/gpu/geryon/nvd_device.h' in line 333.")
+    low = one("Cuda driver error 4 in call at file '/opt/lammps/lib/gpu/geryon/nvd_device.h' in line 120.")
+    assert (event.attrs["error_name"], low.attrs) == ("cudaErrorCompatNotSupportedOnDevice",
+                                                      {"error_code": 4, "api": "cuda driver"})
+
+
+def test_a_cuda_error_block_is_read_to_its_error_text():
+    event = one("CUDA Error:\n    File:       ./utilities/gpu_vector.cuh\n    Line:       147\n    Error code: 700\n"
+                "    Error text: an illegal memory access was encountered")
+    assert event.attrs["error_name"] == "cudaErrorIllegalAddress"
+
+
 def test_the_prefilter_stays_within_two_slim_automata():
     """At most 64 words (two automata of at most 32: a 33rd word makes the crate's Teddy searcher the slower Fat
     kind, a third automaton costs another pass) and every check family's word is one of them."""
