@@ -54,7 +54,8 @@ _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|we
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
-                        r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
+                        r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|know|knew"
+                        r"|wonder|guess|hope|use|used|ran|run"
                         r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
 # the second person and a verb: someone answering a report ("The error ... you encountered indicates ...")
 # (what happened to them, not advice: runtimes do print "You need to decrease ...")
