@@ -53,6 +53,8 @@ _CUDA_TEXT = re.compile(
     # TensorRT-LLM (a terminal may wrap the call's arguments: "...(ptr, n, mCudaSt\nream->get()): out of memory")
     r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\((?:.|\n)*?\): (?P<trtllm>[^\n(]+)"
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
+    # CTranslate2's check: "CUDA failed with error out of memory"; ONNX Runtime's "CUDA error executing cudaMemcpy(...)"
+    r"|CUDA failed with error (?P<ct2>[^\n]+?)\s*$|CUDA error executing (?P<ortexec>\w+)\("
     # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
     # initialization failure with error 35"
     r"|(?:[Ff]ailed to|[Cc]annot|[Uu]nable to) initiali[sz]e CUDA:\s*(?P<init>[^\n]+?)(?:\s*$|\n)"
@@ -68,8 +70,8 @@ _API = re.compile(
     # the call a check prints with its status: "CUDA error: cudaMemcpyAsync(dst, ...): invalid argument", HPL's
     # "CUDART Error: cudaMemcpyAsync( ... ) = 700 (an illegal memory access ...)"
     r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \(", re.MULTILINE)
-_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
-           "initnum", "curesult", "rsnum", "stream", "invnum")
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2", "driver",
+           "init", "initnum", "curesult", "rsnum", "stream", "invnum")
 
 
 def _api(text: str) -> str | None:
@@ -90,6 +92,8 @@ def _cuda(text: str) -> Found | None:
     if match.group("cudnnnum"):  # cudnnStatus_t numbers differ between cuDNN 8 and 9: the number, no name
         return Found("cuda_error", _clean({"error_code": int(match.group("cudnnnum")), "api": api_name or "cudnn"}),
                      gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if match.group("ortexec"):  # the failed call, without its status
+        return Found("cuda_error", {"api": match.group("ortexec")}, gpu=_cuda_gpu(text))
     if match.group("trtcublas"):
         code = int(match.group("trtcublas"))
         status = next((name for name, value in CUBLAS_STATUS.items() if value == code), None)
@@ -159,6 +163,7 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
                              r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
+                             r"|CUDA failed with error \w|CUDA error executing \w+\("
                              r"|CUresult error\s+result=\d|(?:Cuda|cuBLAS) Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
                              r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
@@ -295,8 +300,8 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
                               r"|Failed to allocate CUDA memory with byte size \d"
                               # ONNX Runtime's arena (the CUDA provider's device memory)
-                              r"|BFCArena::AllocateRawInternal\(.{0,160}\) Failed to allocate memory for requested "
-                              r"buffer of size \d"
+                              r"|BFCArena::AllocateRawInternal(?:\(.{0,160}\))? Failed to allocate memory for "
+                              r"requested buffer of size \d"
                               # TensorRT 10's builder: "Error Code 2: OutOfMemory (Requested size was N bytes.)"
                               r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed,
            complete=_c(r"failed to allocate CUDA\d* buffer of size \d|Requested size|could not be allocated|byte size"

@@ -153,6 +153,13 @@ def test_a_cuda_error_block_is_read_to_its_error_text():
     assert event.attrs["error_name"] == "cudaErrorIllegalAddress"
 
 
+def test_ctranslate2_and_onnx_runtime_check_wordings():
+    ct2 = one("RuntimeError: CUDA failed with error out of memory")
+    ort = one("Fail: [ONNXRuntimeError] : 1 : FAIL : CUDA error executing cudaMemcpy(dst, src, n, "
+              "cudaMemcpyDeviceToHost)")
+    assert (ct2.kind, ort.kind, ort.attrs["api"]) == ("cuda_oom", "cuda_error", "cudaMemcpy")
+
+
 def test_the_prefilter_stays_within_two_slim_automata():
     """At most 64 words (two automata of at most 32: a 33rd word makes the crate's Teddy searcher the slower Fat
     kind, a third automaton costs another pass) and every check family's word is one of them."""
