@@ -3,17 +3,21 @@
 Run: .venv/bin/python bench/logs.py [--lines N]. The last line printed is the ratio probe/floor in wall time
 (target >= 0.6, issue 15); floor and probe run in turns, best of --repeats each, and the line before it is the
 same ratio in process CPU time, which other processes' load disturbs less.
+
+`--search-order N` instead swaps trigger words N times (keeping a swap that makes the two automata read this log
+faster) and prints the order: the automaton's buckets follow the words' order (probes/logs/catalog.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import tempfile
 import time
 from pathlib import Path
 
-from gpuslo.probes.logs.catalog import TRIGGER, TRIGGER_WORDS
+from gpuslo.probes.logs.catalog import TRIGGER, TRIGGER_WORDS, _grouped
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
 from gpuslo.probes.logs.prefilter import Prefilter
 from gpuslo.probes.logs.sources import FileFollower
@@ -107,15 +111,47 @@ def paired(path: Path, repeats: int) -> dict[str, tuple[float, float, int]]:
     return out
 
 
+def prefilter_cpu(words: tuple[bytes, ...], data: bytes, repeats: int) -> float:
+    """Best process CPU time of the prefilter alone over `data`, with the trigger words in this order."""
+    prefilter = Prefilter(words, re.compile(_grouped(words)))
+    times = []
+    for _ in range(repeats):
+        cpu = time.process_time()
+        prefilter.starts(data, 0, len(data))
+        times.append(time.process_time() - cpu)
+    return min(times)
+
+
+def search_order(data: bytes, swaps: int, seed: int = 1) -> tuple[bytes, ...]:
+    """A trigger-word order that reads `data` faster: random swaps, each kept when it is 2 % faster twice."""
+    rng, order = random.Random(seed), list(TRIGGER_WORDS)
+    best = prefilter_cpu(tuple(order), data, 2)
+    for _ in range(swaps):
+        trial = order[:]
+        i, j = rng.randrange(len(trial)), rng.randrange(len(trial))
+        trial[i], trial[j] = trial[j], trial[i]
+        if prefilter_cpu(tuple(trial), data, 1) < best * 0.98 and (cpu := prefilter_cpu(tuple(trial), data, 2)) < best:
+            order, best = trial, cpu
+    return tuple(order)
+
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__)
     args.add_argument("--lines", type=int, default=1_000_000)
     args.add_argument("--incident-every", type=int, default=1000)
     args.add_argument("--repeats", type=int, default=5)
+    args.add_argument("--search-order", type=int, default=0, metavar="SWAPS")
     opts = args.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.log"
         incidents = make_log(path, opts.lines, opts.incident_every)
+        if opts.search_order:
+            data = path.read_bytes()
+            order = search_order(data, opts.search_order)
+            print(f"prefilter: {prefilter_cpu(TRIGGER_WORDS, data, opts.repeats) * 1e3:.1f} ms as in catalog.py, "
+                  f"{prefilter_cpu(order, data, opts.repeats) * 1e3:.1f} ms in this order:")
+            print(order)
+            return
         size = path.stat().st_size
         runs = paired(path, opts.repeats)
         t_text, _ = best(floor_text, path, opts.repeats)

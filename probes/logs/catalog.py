@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from gpuslo.probes.logs.families_checks import CHECK_FAMILIES
+from gpuslo.probes.logs.families_checks import NEEDS as CHECK_NEEDS
 from gpuslo.probes.logs.families_cuda import (
     CUDA_FAMILIES_AFTER,
     CUDA_FAMILIES_BEFORE,
@@ -28,18 +30,26 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # SIMD prefilter slows down by half with a few words that start with a lower-case letter or whose head is also the
 # head of common text ("KV cache usage", "[PG ID"), and with every few more words (bench/logs.py): a word that
 # another word covers on the lines that matter ("Error" in "RuntimeError: HIP error") is left out. `re` tries a
-# branch at every occurrence of its first byte. No word is a prefix of another.
+# branch at every occurrence of its first byte. No word is a prefix of another. At most 64 words: two automata of
+# at most 32 (the crate's Slim Teddy, 18 ms per 100 MB each) read a chunk in ~36 ms; 33+ words in one automaton
+# switch it to Fat Teddy (twice as slow) and a third automaton costs another 18-45 ms (bench/logs.py 0.69 -> 0.62).
+# Words that another word covers by construction are left out: CUBLAS_STATUS_/CUDNN_STATUS_ hold "_STATUS_", dmesg's
+# "NVRM: API mismatch" holds "VRM", nvidia-smi's "device handle for GPU ...: GPU is lost / Unknown Error" holds
+# "U is lost" / "Error", and "Out of " covers "Out of memory" and "Out of GPU memory". The crate puts a word in the
+# bucket of its index (mod 8) unless it shares a head with another: the ORDER below sets the buckets, and with it
+# how often a bucket fires on ordinary text (57 vs 36 ms over bench/logs.py's 100 MB for the same 64 words); it is
+# measured, not designed: `bench/logs.py --search-order N` swaps words N times and prints a faster order.
 TRIGGER_WORDS: tuple[bytes, ...] = (
-    b"UDA", b"UBLAS", b"UDNN_", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
-    b"'s watchdog", b"G status", b"Heartbeat", b"THC", b"L error", b"L WARN", b"L communicator", b"L operation",
-    b"L work", b"No available memory", b"NVSwitch", b"NvLink link", b"VRM", b"V cache is needed", b"Error",
-    b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket",
-    b"The model's max", b"Capture", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"SXid", b"-fabricmanager",
-    b"' device marked", b"FABRIC_", b"Out of memory", b"Not enough memory", b"Test NCCL failure", b"Loss is ",
-    b"NaN", b"nan", b"Invalid loss", b"Current loss scale", b"CUresult", b"BFCArena", b"Detected a ", b"Fail - GPU",
-    b"UDNN failure", b"NV_ERR_", b"Unable to determine the device", b"Insufficient GPU memory",
-    b"Free memory on device", b"Internal: unable to create", b"Executor creation failed", b"/library version mismatch",
-    b"API mismatch: the client", b"Out of GPU", b"CUFFT", b"_STATUS_", b"XID", b"Xid",
+    b"UDA", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog", b"Free memory on device",
+    b"G status", b"Heartbeat", b"THC", b"SXid", b"L WARN", b"V cache is needed", b"L operation", b"L work",
+    b"No available memory", b"NVSwitch", b"The model's max", b"VRM", b"L communicator", b"Error",
+    b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
+    b"NV_ERR_", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
+    b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid loss",
+    b"Current loss scale", b"NvLink link", b"BFCArena", b"Detected a ", b"Fail - GPU", b"UDNN failure", b"Capture",
+    b"Insufficient GPU memory", b"'s watchdog", b"Internal: unable to create", b"Executor creation failed",
+    b"/library version mismatch", b"CUFFT", b"CUresult", b"XID", b".cu at line", b"Success", b"Gpu API",
+    b"'thrust::", b"!!!! kernel", b"Cuda ", b"Xid",
 )
 
 
@@ -56,7 +66,7 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 def _families() -> tuple[Family, ...]:
     rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
-            *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES,
+            *CHECK_FAMILIES, *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES,
             *GENERIC_FAMILIES)
     assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
@@ -95,8 +105,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
     "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
     "startup_free_memory": ("Free memory on device",),
-    "cuda_status": ("CUDA", "Cuda", "cuda runtime error", "CUBLAS_STATUS_", "HIP error", "CUDNN failure",
-                    "CUresult error", "Internal: unable to create", "Invalid error code ("),
+    "cuda_status": ("CUDA", "Cuda", "cuBLAS Error", "cuda runtime error", "CUBLAS_STATUS_", "HIP error",
+                    "CUDNN failure", "CUresult error", "Internal: unable to create", "Invalid error code ("),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
     "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
                         "stream capture "),
@@ -111,7 +121,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                               "diverged with loss"),
     "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
     "anomaly_nonfinite": ("' returned ",),
-    "loss_metric_nonfinite": ("loss",),
+    "loss_metric_nonfinite": ("loss", "Loss"),
     "nccl_call_result": (" failed: unhandled", " failed: internal error", " failed: invalid",
                          " failed: remote process"),
     "library_status": ("CUFFT", "_STATUS_"), "scheme_status": ("Error", "ERROR_"),
@@ -121,7 +131,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "library_number": (" failure", " error", " Error", " ERROR"),
     "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
     "any_xid": ("XID", "Xid"),
-    "allocation_failed": ("o allocate", "annot allocate", "llocation "),
+    "allocation_failed": ("o allocate", "annot allocate", "llocation "), **CHECK_NEEDS,
     "collective_timed_out": ("imed out", "imeout", "imed  out", "imedout", "ime out", "imeOut"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())

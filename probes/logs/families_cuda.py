@@ -30,7 +30,7 @@ def _kind_for(code: int | None) -> str:
 
 _CUDA_TEXT = re.compile(
     r"CUDA [Ee]rror:\s*(?P<text>[^\n]+?)(?:\s*(?:when calling|\n|CUDA kernel errors|$))"
-    r"|Cuda failure (?:\d+ )?'(?P<nccl>[^']+)'"
+    r"|Cuda failure (?:(?P<ncclnum>\d+) )?'(?P<nccl>[^'\n]+)(?:'|$)"  # a paste may cut the closing quote
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<old>[^\n]+?)(?: at |$)"
     r"|THCudaCheck FAIL[^\n]*?error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
     # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
@@ -42,6 +42,8 @@ _CUDA_TEXT = re.compile(
     r"|Cuda Runtime \((?P<trt>[^)\n]+)\)"  # TensorRT: "Error Code 1: Cuda Runtime (out of memory)"
     # TensorRT 7/8: "safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)"
     r"|Cuda Error in [\w:]+: (?P<trtnum>\d+) \((?P<trttext>[^)\n]+)\)"
+    # ... and its cuBLAS wrapper: "cuBLAS Error in CublasWrapper: 3 (Could not initialize cublas ...)", a cublasStatus_t
+    r"|cuBLAS Error in [\w:]+: (?P<trtcublas>\d+) \("
     # Torch-TensorRT: "Unable to read CUDA capable devices. Return status: 35"
     r"|Unable to read CUDA capable devices\. Return status: (?P<rsnum>\d+)"
     # OpenMM's CUDA platform: "Error synchronizing on event for CCMA: Invalid error code (700) at .../cuda/..."
@@ -51,6 +53,8 @@ _CUDA_TEXT = re.compile(
     # TensorRT-LLM (a terminal may wrap the call's arguments: "...(ptr, n, mCudaSt\nream->get()): out of memory")
     r"|CUDA runtime error in (?P<trtllmapi>[:\w]+)\((?:.|\n)*?\): (?P<trtllm>[^\n(]+)"
     r"|HIP error:\s*(?P<hip>[^\n]+?)(?:\s*$|\n)"
+    # CTranslate2's check: "CUDA failed with error out of memory"; ONNX Runtime's "CUDA error executing cudaMemcpy(...)"
+    r"|CUDA failed with error (?P<ct2>[^\n]+?)\s*$|CUDA error executing (?P<ortexec>\w+)\("
     # a runtime that could not start: ggml "failed to initialize CUDA: unknown error", TensorRT "CUDA
     # initialization failure with error 35"
     r"|(?:[Ff]ailed to|[Cc]annot|[Uu]nable to) initiali[sz]e CUDA:\s*(?P<init>[^\n]+?)(?:\s*$|\n)"
@@ -62,9 +66,12 @@ _API = re.compile(
     r"|failed call to (cu\w+)|at function (cuda\w+)\(|\b(cuda[A-Z]\w*)\(\)\s*error\b"
     r"|Call to (cu[A-Z]\w*) results in|\b(cu(?:da)?[A-Z]\w*)(?: retry)? failed\b"
     r"|\b(cuda(?!Error)\w+) returned|^\s*(cu[A-Za-z]\w*)\(|\b(cu(?!daError)\w*Graph\w*|cudaStream(?:Begin|End)Capture"
-    r"|cuMem\w+)\b", re.MULTILINE)
-_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "driver", "init",
-           "initnum", "curesult", "rsnum", "stream", "invnum")
+    r"|cuMem\w+)\b"
+    # the call a check prints with its status: "CUDA error: cudaMemcpyAsync(dst, ...): invalid argument", HPL's
+    # "CUDART Error: cudaMemcpyAsync( ... ) = 700 (an illegal memory access ...)"
+    r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \(", re.MULTILINE)
+_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2", "driver",
+           "init", "initnum", "curesult", "rsnum", "stream", "invnum")
 
 
 def _api(text: str) -> str | None:
@@ -85,6 +92,14 @@ def _cuda(text: str) -> Found | None:
     if match.group("cudnnnum"):  # cudnnStatus_t numbers differ between cuDNN 8 and 9: the number, no name
         return Found("cuda_error", _clean({"error_code": int(match.group("cudnnnum")), "api": api_name or "cudnn"}),
                      gpu=_cuda_gpu(text), rank=_first_rank(text))
+    if match.group("ortexec"):  # the failed call, without its status
+        return Found("cuda_error", {"api": match.group("ortexec")}, gpu=_cuda_gpu(text))
+    if match.group("trtcublas"):
+        code = int(match.group("trtcublas"))
+        status = next((name for name, value in CUBLAS_STATUS.items() if value == code), None)
+        return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error", _clean({
+            "error_name": "CUBLAS_STATUS_" + status if status else None, "error_code": code, "api": "cublas"}),
+            gpu=_cuda_gpu(text))
     if match.group("curesult"):
         api = re.search(r"func=(\w+)", text)
         api_name = api.group(1) if api else api_name
@@ -104,6 +119,7 @@ def _cuda(text: str) -> Found | None:
     if code is None:  # "CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS: ..."
         name, code = find_status(text[match.start():]) or find_scheme_status(text[match.start():]) or (name, code)
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
+              or match.group("ncclnum")
               or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum")
               or match.group("invnum"))
     if code is None and number:
@@ -147,14 +163,18 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
     Family("cuda_status", _c(r"CUDA [Ee]rror:|Cuda failure|cuda runtime error \(|THCudaCheck FAIL|CUDA_ERROR_[A-Z]"
                              r"|CUBLAS_STATUS_(?!SUCCESS)|CUDA error \d+|CUDA failure \d+:|Cuda Runtime \("
                              r"|CUDA runtime error in |HIP error:|initiali[sz]e CUDA:|CUDNN failure \d+:"
-                             r"|CUresult error\s+result=\d|Cuda Error in [\w:]+: \d+ \("
+                             r"|CUDA failed with error \w|CUDA error executing \w+\("
+                             r"|CUresult error\s+result=\d|(?:Cuda|cuBLAS) Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
                              r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
                              r"|CUDA initiali[sz]ation failure with error \d"),
            _cuda_or_cublas,
-           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "),
-           max_lines=3, joiner="\n",
-           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): ")),
+           # ... and GPUMD-style blocks: "CUDA Error:" then "File:", "Line:", "Error code: 700", "Error text: ..."
+           complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "
+                       r"|\n\s*Error text:\s*\S"),
+           max_lines=5, joiner="\n",
+           accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): "
+                     r"|^\s*(?:File|Line|Error code|Error text):\s")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),
 )
@@ -215,7 +235,7 @@ def _cudnn(text: str) -> Found | None:
         return None
     # cudnnStatus_t values differ between cuDNN 8 and 9 and the line does not print them: no error_code
     kind = "cuda_oom" if match.group(1) == "ALLOC_FAILED" else "cuda_error"
-    return Found(kind, _clean({"error_name": match.group(0), "api": _api(text)}))
+    return Found(kind, _clean({"error_name": match.group(0), "api": _api(text)}), gpu=_cuda_gpu(text))
 
 
 def _device_assert(text: str) -> Found:
@@ -280,8 +300,8 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                               r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated"
                               r"|Failed to allocate CUDA memory with byte size \d"
                               # ONNX Runtime's arena (the CUDA provider's device memory)
-                              r"|BFCArena::AllocateRawInternal\(.{0,160}\) Failed to allocate memory for requested "
-                              r"buffer of size \d"
+                              r"|BFCArena::AllocateRawInternal(?:\(.{0,160}\))? Failed to allocate memory for "
+                              r"requested buffer of size \d"
                               # TensorRT 10's builder: "Error Code 2: OutOfMemory (Requested size was N bytes.)"
                               r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed,
            complete=_c(r"failed to allocate CUDA\d* buffer of size \d|Requested size|could not be allocated|byte size"

@@ -88,7 +88,7 @@ def _anomaly(text: str) -> Found:
 
 
 # NaN only: a loss printed as `inf` is left to the families above (the prefilter has no cheap word for it)
-_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?loss)'?\s*[:=]\s*(?:nan|NaN)(?!\w|\.\d)")
+_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?[Ll]oss)'?\s*[:=]\s*(?:nan|NaN)(?!\w|\.\d)")
 
 
 # ... and in words: "Training loss at epoch 25 - nan", "Training batch 64 ends with loss NaN."

@@ -138,7 +138,7 @@ def _store_timeout(text: str) -> Found:
     """c10d's TCPStore: a client that cannot connect, a wait for keys or for workers that times out."""
     ms = _int(r"after\s*(\d+)\s*ms", text)
     seconds = _int(r"after\s*(\d+)\s*seconds", text)
-    if re.search(r"waiting\s*for\s*clients|clients\s*joined", text):
+    if re.search(r"waiting\s*for\s*(?:clients|workers)|(?:clients|workers)\s*joined", text):
         op = "store:wait_for_workers"
     elif re.search(r"trying\s*to\s*connect|connect", text):
         op = "store:connect"
@@ -162,7 +162,9 @@ _WARN_RESULTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), n
      r"catastrophic)|failed to extend /dev/shm|posix_fallocate failed|Bootstrap.{0,40}(?:failed|timed out)"
      r"|Error while (?:creating|attaching to) shared memory segment"
      r"|Timeout waiting", "ncclSystemError"),
-    (r"socketFinalizeAccept|wrong type \d+ != \d+|[Ii]nternal error", "ncclInternalError"),
+    # enqueue's "Error : no algorithm/protocol available" (NCCL_ALGO/NCCL_PROTO left no way to run the collective)
+    (r"socketFinalizeAccept|wrong type \d+ != \d+|[Ii]nternal error|no algorithm/protocol available",
+     "ncclInternalError"),
     # a proxy's report of a failure its peer thread already WARNed about: the same incident, name unknown
     (r"Failed to execute operation|Proxy Call to rank \d+ failed", ""),
 ))

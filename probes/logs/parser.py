@@ -185,12 +185,11 @@ class LogParser:
         for family in candidates(line.text):
             match = family.start.search(line.text)
             if match:
-                if is_prose(line, match.start(), match.end()):
-                    return None
-                if family.structured and not (has_log_structure(line, match.start())
-                                              and _TRIGGER_TEXT.search(line.text)):
-                    return None  # a generic wording counts only with log structure, and (as every family's
-                    # start does) with a trigger word, so that the fast scan finds what line feeding finds
+                if is_prose(line, match.start(), match.end()) or not _TRIGGER_TEXT.search(line.text):
+                    return None  # prose, or a line without a trigger word (which the fast scan never feeds as a
+                    # start: line feeding finds what the fast scan finds)
+                if family.structured and not has_log_structure(line, match.start()):
+                    return None  # a generic wording counts only with log structure
                 return family
         return None
 
@@ -264,7 +263,9 @@ class LogParser:
         if found is None:
             return []
         first = pending.lines[0]
-        who = _Who(rank=found.rank if found.rank is not None else first.rank,
+        # the launcher's "[rankN]:" is the global rank; a "[PG ID 13 ... Rank 0]" inside the message is the rank in
+        # one process group, and the message's own rank counts only when no prefix named one
+        who = _Who(rank=first.rank if first.rank is not None else found.rank,
                    pid=found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid,
                    gpu=found.gpu if found.gpu is not None else first.gpu, log_host=first.log_host)
         # a driver or fabric fault is the device's, whichever daemon's pid the syslog line carries

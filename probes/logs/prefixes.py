@@ -27,10 +27,15 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # SGLang: "[2024-10-22 06:31:49 TP0] ", "[2025-01-01 10:00:00 DP1 TP3] "
     r"\[" + _ISO + r"(?: (?:TP|DP|PP|EP)\d+)+\] ",
     r"\[?" + _ISO + r"\]?:?\s+",
+    # a console that stamps lines to the minute (" 2025-02-18 12:54 [rank12]:[E218 ...")
+    r"\s*(?P<minute>\d{4}-\d\d-\d\d \d\d:\d\d) (?=\S)",
     # TensorRT's trtexec/logger ("[05/25/2023-20:44:13] [W] ", "[TRT] [E] "), TensorRT-LLM's ("[TensorRT-LLM][ERROR] ")
     r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] (?:\[[VIWEF]\] )?",
     r"(?:\[TRT\] )?\[[VIWEF]\] (?:\[TRT\] )?",
     r"\[TensorRT-LLM\](?:\[[A-Z]+\])+ ",
+    # TensorRT-LLM's Python logger: "[TRT-LLM] [RANK 2] [E] ", and the same line quoted in a reply ("> [09/17/...")
+    r"\[TRT-LLM\] (?:\[RANK (?P<trtrank>\d+)\] )?\[[VIWEF]\] ",
+    r"> (?=\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] )",
     # dmesg -T
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*",
     r"\[\s*\d+\.\d+\]\s*",  # dmesg uptime
@@ -55,8 +60,10 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? [\w./-]+:\d+\]\s?",
     # mpirun's rank tag in front of NCCL's prefix: "[2] node0:13572:13640 [1] "
     r"\[(?P<mpirank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )",
-    # NCCL's own "host:pid:tid [cudaDev] "
-    r"(?P<ncclhost>[\w.-]+):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
+    # srun --label's task tag in front of NCCL's prefix or a traceback: "201: :41367:41367 [1] ", "201: Traceback"
+    r"\d{1,5}: (?=[\w.-]*:\d+:\d+ \[\d+\] |Traceback|\s+File \")",
+    # NCCL's own "host:pid:tid [cudaDev] " (some builds print an empty host: ":41367:41367 [1] ")
+    r"(?P<ncclhost>[\w.-]*):(?P<ncclpid>\d+):(?P<nccltid>\d+) \[(?P<ncclgpu>\d+)\] ",
 ))
 MAX_LAYERS = 10
 _TAG_KV = re.compile(r"\b(pid|rank)=(\d+)")
@@ -144,6 +151,8 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
         else:
             break
         groups = match.groupdict()
+        if groups.get("minute"):
+            groups["iso"] = groups["minute"] + ":00"
         if groups.get("goday"):  # Go's "2006/01/02 15:04:05"
             groups["iso"] = f"{groups['goday'].replace('/', '-')} {groups['gohms']}"
         if "=" in match.group(0):  # a Ray/vLLM worker tag names pid and rank in any order: "(VllmWorker rank=1 pid=7)"
@@ -152,11 +161,12 @@ def normalise(raw: str, clock: Clock | None = None) -> Line:
             groups["pid"] = groups["pid"] or tag.get("pid")
             groups["wrank"] = groups.get("wrank") or tag.get("rank")
         moment = moment or _time_of(groups, clock)
-        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank"))
+        rank = rank if rank is not None else _int(groups.get("rank") or groups.get("wrank") or groups.get("mpirank")
+                                                       or groups.get("trtrank"))
         pid = pid if pid is not None else _int(groups.get("pid") or groups.get("ncclpid")
                                                or groups.get("syspid") or groups.get("lcpid"))
         gpu = gpu if gpu is not None else _int(groups.get("ncclgpu"))
-        log_host = log_host or groups.get("sysloghost") or groups.get("ncclhost")
+        log_host = log_host or groups.get("sysloghost") or groups.get("ncclhost") or None
         if origin is None and groups.get("nccltid"):
             origin = f"{groups['ncclhost']}:{groups['ncclpid']}:{groups['nccltid']}"
         text = text[match.end():]
@@ -170,7 +180,14 @@ _GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]
                            r"(?:cpp|cc|cu|h|hpp|py):\d+\] )")
 
 
+# a source location near the head of a code span that opens a line: the span holds a pasted log record
+_PASTED_RECORD = re.compile(r"\s*`+ ?(?=[^`\n]{0,300}?(?:[A-Za-z]:)?[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py)[:(]\d+)")
+
+
 def _inline_code(part: str) -> list[str]:
+    opened = _PASTED_RECORD.match(part)
+    if opened:  # "` onnx runtime error 6: ... einsum_auxiliary_ops.cc:298 ... CUDA failure 1: ...`"
+        return [part[opened.end():]]
     at = part.find("`")
     if at < 0 or not any(p.match(part, at + 1) for p in _PREFIXES):
         return [part]

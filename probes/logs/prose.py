@@ -22,7 +22,7 @@ _STRUCTURED_HEAD = re.compile(
     r"|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"  # a line that opens with the error: "CUDA error (stage): <text>"
     r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
     r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
-    r"|\[[^\]]*\]|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
+    r"|\[[^\]]*\]|(?:[A-Za-z]:)?[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
     r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
 # weaker marks of structure, which a long sentence can also hold ("... nvidia-smi outputs the following error: ...")
 _WEAK_HEAD = re.compile(r"=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:")
@@ -54,7 +54,8 @@ _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|we
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
-                        r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|use|used|ran|run"
+                        r"(?:can(?:'t|not)?|could|have|had|got|get|am|was|were|meet|met|see|saw|found|find|tried|try|think|know|knew"
+                        r"|wonder|guess|hope|use|used|ran|run"
                         r"|encounter\w*|receive\w*|do(?:n't)?|did(?:n't)?|keep|kept|observe\w*|notice\w*)\b")
 # the second person and a verb: someone answering a report ("The error ... you encountered indicates ...")
 # (what happened to them, not advice: runtimes do print "You need to decrease ...")
@@ -85,6 +86,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # '"CUDA error: out of memory" was reported when training.'
     if _JSON_RECORD.match(text):
         return False  # a JSON log record: its quotes are syntax, not a quotation
+    if start == len(text) - len(text.lstrip()) and text.startswith("NCCL WARN", start):
+        return True  # NCCL prints WARN only after its "host:pid:tid [dev]" prefix: a bare one is a quoted example
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
@@ -151,7 +154,7 @@ def _open_quote(head: str) -> bool:
 _LOG_HEAD = re.compile(
     r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|\W*$)|what\(\):|terminate called|\[[^\]]*\]"
     r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"
-    r"|[\w./-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
+    r"|[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
 
 
 def has_log_structure(line: Line, start: int) -> bool:

@@ -7,7 +7,7 @@ expected, field accuracy = expected fields (envelope and attrs) that came out eq
 
 Run `.venv/bin/python tests/probes/logs/corpus.py` for the figures of each split
 (tune, heldout, tune-h15b, heldout2, heldout-nan, heldout3,
-heldout4 ... heldout11).
+heldout4 ... heldout13).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from gpuslo.engine.events import Event
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
 
 CORPUS = Path(__file__).parent / "corpus"
-SPLITS = ("tune", "heldout", "tune-h15b")  # every excerpt of these gives exactly its events (test_corpus.py)
+# every excerpt of these gives exactly its events (test_corpus.py)
+SPLITS = ("tune", "heldout", "tune-h15b", "tune-h15d")
 # these keep their misses (their first runs are beside them)
 REPORTED = (*SPLITS, "heldout2", "heldout-nan", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-            "heldout8", "heldout9", "heldout10", "heldout11")
+            "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "tune-h15d-2",
+            "heldout14")
 READ_TIME = datetime(2025, 3, 1, tzinfo=UTC)
 ENVELOPE = ("gpu", "rank", "pid", "gpu_uuid", "job")
 

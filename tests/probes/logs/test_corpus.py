@@ -5,7 +5,7 @@ The held-out split's first, untuned measurement is kept beside it (corpus/heldou
 from __future__ import annotations
 
 import pytest
-from corpus import READ_TIME, SPLITS, check, load, run, score
+from corpus import READ_TIME, REPORTED, SPLITS, check, load, run, score
 
 from gpuslo.engine.events import parse_event
 from gpuslo.probes.logs.parser import LogParser, ParserSettings
@@ -32,10 +32,28 @@ def test_the_third_and_fourth_held_out_splits_name_sources_no_earlier_split_has(
     assert not {c.source for c in load("heldout5")} & (later | {c.source for c in heldout4})
     assert not {c.source for c in load("heldout6")} & (later | {c.source for s in ("heldout4", "heldout5")
                                                                for c in load(s)})
-    for index, split in enumerate(("heldout7", "heldout8", "heldout9", "heldout10", "heldout11")):
+    for index, split in enumerate(("heldout7", "heldout8", "heldout9", "heldout10", "heldout11", "heldout12")):
         before = later | {c.source for s in ("heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
-                                             "heldout9", "heldout10")[:3 + index] for c in load(s)}
+                                             "heldout9", "heldout10", "heldout11")[:3 + index] for c in load(s)}
         assert not {c.source for c in load(split)} & before, split
+
+
+def test_the_session_6_splits_name_sources_no_other_split_has():
+    """heldout12 (measured once before any change of its session), tune-h15d (measured once before tuning on it)
+    and heldout13 (measured once after the tuning, untuned) draw from reports no other split uses."""
+    for split in ("heldout12", "tune-h15d", "heldout13", "tune-h15d-2", "heldout14"):
+        others = {c.source for s in REPORTED if s != split for c in load(s)}
+        assert not {c.source for c in load(split)} & others, split
+
+
+@pytest.mark.parametrize("split", ["heldout12", "heldout13", "tune-h15d-2"])
+def test_the_session_6_batches_keep_their_tuned_figures(split):
+    """These keep their misses beside their first runs (<split>-first-run.txt): heldout12 an echo judged as one
+    incident and a CUDA error the echo rule folds into the cupy one, heldout13 a TGI allocator message and
+    tune-h15d-2 the vectorAdd sample's "(error code ...)" line, neither with a trigger word (the prefilter's 64 are
+    spent, test_checks.py). Recall >= 90 %, no false positive."""
+    result = score(load(split))
+    assert result["recall"] >= 0.90 and result["false_positives"] == 0, result["failing"]
 
 
 @pytest.mark.parametrize("case", CASES + HELDOUT3, ids=lambda c: f"{c.split}:{c.name}")
@@ -56,7 +74,8 @@ def test_the_second_held_out_split_meets_the_bar():
 
 
 @pytest.mark.parametrize("case", CASES + load("heldout2") + load("heldout-nan") + HELDOUT3 + load("heldout5")
-                         + load("heldout10") + load("heldout11"),
+                         + load("heldout10") + load("heldout11") + load("heldout12")
+                         + load("heldout13") + load("tune-h15d-2") + load("heldout14"),
                          ids=lambda c: f"{c.split}:{c.name}")
 def test_fast_scan_matches_line_by_line(case):
     data = case.text.encode() if case.text.endswith("\n") else case.text.encode() + b"\n"

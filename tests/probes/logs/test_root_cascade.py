@@ -114,3 +114,29 @@ def test_a_nan_gradient_on_one_rank_is_the_root_of_the_other_ranks_timeouts():
     assert any("Root cause: loss_nonfinite on node-a rank 13 GPU 5 (error_name AssertionError, metric grad_norm)"
                in s and "Page for the non-finite grad_norm on node-a rank 13, not for the timeouts." in s
                for s in summaries), summaries
+
+
+def _parsed(text: str, job: str, host: str) -> list:
+    parser = LogParser(ParserSettings(host=host, source=f"{host}.log", job=job), clock=lambda: READ_TIME)
+    return parser.scan(text.encode() + b"\n", 0) + parser.flush()
+
+
+def test_a_cuda_check_failure_on_one_rank_is_the_root_of_the_other_ranks_timeouts():
+    """The session-6 check families (here a Faiss-style `'err == cudaSuccess' failed` OOM on rank 0 and a thrust
+    illegal address) are roots from the registry, and the other ranks' watchdog timeouts are their cascades."""
+    root_side = _parsed("[2025-02-28 23:59:58] [rank0]: RuntimeError: Error in allocMemory at StandardGpuResources.cpp:"
+                        "452: Error: 'err == cudaSuccess' failed: Failed to cudaMalloc 536870912 bytes on device 0 "
+                        "(error 2 out of memory)", "train-12", "node-a")
+    victims = _parsed("[rank1]:[E301 00:00:30.000000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective "
+                      "operation timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                      "Timeout(ms)=600000) ran for 600021 milliseconds before timing out.", "train-12", "node-b")
+    thrust = _parsed("terminate called after throwing an instance of 'thrust::system::system_error'\n  what():  "
+                     "transform: failed to synchronize: cudaErrorIllegalAddress: an illegal memory access was "
+                     "encountered", "train-13", "node-c")
+    assert [(e.labels["family"], e.labels["role"]) for e in root_side + thrust] == [
+        ("cuda_check_failed", "root"), ("thrust_error", "root")]
+    assert [e.labels["role"] for e in victims] == ["cascade"]
+    cascade = analyze_cascade(root_side + victims)
+    assert cascade is not None and cascade.root is root_side[0] and cascade.cascades == tuple(victims)
+    fired = {m.rule_id for m in evaluator().evaluate(sorted(root_side + victims, key=lambda e: (e.time, e.id)))}
+    assert "root-oom-then-nccl-timeout" in fired
