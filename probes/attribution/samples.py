@@ -138,7 +138,7 @@ class CudaSamples:
         """How many of the kept samples in [start_ns, end_ns] (of `tids`, else of every thread) had their first
         frame in each library: what a stall's on-CPU time was spent in."""
         wanted = None if tids is None else set(tids)
-        found: Counter[str] = Counter(m for t, tid, m in self.recent
+        found: Counter[str] = Counter(m for t, tid, m in list(self.recent)  # a copy: the drain thread appends
                                       if start_ns <= t <= end_ns and (wanted is None or tid in wanted))
         return dict(found.most_common())
 
