@@ -35,8 +35,14 @@ uname -r; nproc
 
 step "(a) end-to-end checks (gpu_e2e.py), at most ${e2e_s}s"
 mkdir -p /tmp/gpuslo-e2e
-PYTHONUNBUFFERED=1 timeout -k 10 "$e2e_s" python3 scripts/gpu_e2e.py --out /tmp/gpuslo-e2e
+# In its own process group (setsid), so that what a timed-out e2e leaves behind (gpuslo serve, the agent and its
+# BPF programs, a workload) is ended by that group's id before the measurements.
+PYTHONUNBUFFERED=1 setsid timeout -k 10 "$e2e_s" python3 scripts/gpu_e2e.py --out /tmp/gpuslo-e2e &
+e2e_pid=$!
+wait "$e2e_pid"
 e2e_rc=$?
+kill -- -"$e2e_pid" 2>/dev/null && echo "ended what was left in the e2e's process group $e2e_pid"
+sleep 1
 grep -c '^PASS' "$out/run.log" | sed 's/^/e2e PASS lines: /'
 grep -c '^FAIL' "$out/run.log" | sed 's/^/e2e FAIL lines: /'
 tar czf "$out/e2e.tgz" -C /tmp gpuslo-e2e
