@@ -106,8 +106,11 @@ class H(BaseHTTPRequestHandler):
     def do_GET(self):
         self._json({"ok": True} if self.path == "/healthz" else {"pid": os.getpid(), "device": "cpu"})
     def do_POST(self):
-        ctypes.CDLL(None).prctl(15, b"gs-engine", 0, 0, 0)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path.startswith("/control/"):
+            self._json({"cudnn": None})
+            return
+        ctypes.CDLL(None).prctl(15, b"gs-engine", 0, 0, 0)
         self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
         for i in range(int(body.get("max_tokens", 16))):
             t = time.monotonic()
@@ -140,11 +143,12 @@ class StandInTrainer(Trainer):
 class Contenders:
     """K contender processes pinned to `cpus`, steered through a control file: set(active, on_s, off_s)."""
 
-    def __init__(self, k: int, cpus: str | None, device: str, work: Path):
+    def __init__(self, k: int, cpus: str | None, device: str, work: Path, code: str = CONTENDER,
+                 extra: tuple[str, ...] = ()):
         self.control = work / "contend.json"
         self.set(0)
         pin = ["taskset", "-c", cpus] if cpus and shutil.which("taskset") else []
-        self.procs = [subprocess.Popen([*pin, PY, "-c", CONTENDER, str(i), str(self.control), device],
+        self.procs = [subprocess.Popen([*pin, PY, "-c", code, str(i), str(self.control), device, *extra],
                                        stdout=subprocess.PIPE, text=True) for i in range(k)]
         self.pids = []
         for p in self.procs:
@@ -223,13 +227,15 @@ def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, cont
 
 
 def record(probe: AttributionProbe, events: list[Any], active: int, mode: str, pids: list[int], stalls_out: Any,
-           signals_out: Any) -> dict[str, Any]:
-    """Attributes one request's token_stalls and its token_latency, writes them and their signals; a summary."""
-    out: dict[str, Any] = {"active": active, "mode": mode, "stalls": []}
+           signals_out: Any, labels_extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Attributes one request's token_stalls and its token_latency, writes them and their signals (with the
+    libraries the serving threads' on-CPU samples were in during each stall); a summary."""
+    out: dict[str, Any] = {"active": active, "mode": mode, "stalls": [], **(labels_extra or {})}
     for event in events:
         if not probe.attributable(event):
             continue
-        labels = {**event.labels, "injected": "gpu-process", "contenders": str(active), "mode": mode}
+        labels = {**event.labels, "injected": "gpu-process", "contenders": str(active), "mode": mode,
+                  **(labels_extra or {})}
         while not probe.ready(event):
             time.sleep(0.05)
         inputs = probe.inputs(event)
@@ -245,12 +251,16 @@ def record(probe: AttributionProbe, events: list[Any], active: int, mode: str, p
             "own_pids": sorted(probe.collector.pids),  # type: ignore[union-attr]
             "contender_pids": pids, "clock_error_ns": inputs.clock_error_ns,
             "intervals": [asdict(i) for i in inputs.intervals],
-            "samples": [asdict(s) for s in inputs.samples]}) + "\n")
+            "samples": [asdict(s) for s in inputs.samples],
+            "sampled_modules": probe.collector.cuda_samples.modules_between(  # type: ignore[union-attr]
+                inputs.start_ns, inputs.end_ns)}) + "\n")
         out["stalls"].append({"gap_ms": round(a["gap_ms"], 1), "dominant": a.get("attribution.dominant"),
                               "coverage": a.get("attribution.coverage"),
                               "shares": {k[12:-3]: round(v) for k, v in a.items()
                                          if k.startswith("attribution.") and k.endswith("_ms")},
-                              "evidence": (a.get("attribution.evidence") or "")[:400]})
+                              "evidence": (a.get("attribution.evidence") or "")[:400],
+                              "sampled_modules": probe.collector.cuda_samples.modules_between(  # type: ignore[union-attr]
+                                  inputs.start_ns, inputs.end_ns)})
     return out
 
 

@@ -6,7 +6,8 @@ The rest is given, first come first served, to: the network again (a send that w
 send queue), the scheduler (a serving thread runnable but not running), the kernel (a long system call that is
 not a chosen wait, then a page-fault burst), the driver (CUDA allocation and free), the GPU (a CUDA call waiting
 for the device, then on-CPU time inside the CUDA libraries while the device was busy; the driver's when it was
-not), the driver again (an ioctl outside those calls), the kernel again (an uninterruptible sleep outside a
+not; on-CPU time compiling GPU kernels at run time, NVRTC and the like, is always the driver's), the driver
+again (an ioctl outside those calls), the kernel again (an uninterruptible sleep outside a
 system call), and last `compute`: the serving threads' own on-CPU work. What no signal covers is `unattributed`.
 Block I/O completed during the stall and the process's page faults are evidence of the kernel share.
 """
@@ -26,7 +27,8 @@ UNATTRIBUTED = "unattributed"
 # Interval kinds in the order they claim the server-side time, with the layer each is counted in.
 _PRIORITY: tuple[tuple[str, str], ...] = (
     ("send_blocked", NETWORK), ("send_stall", NETWORK), ("runnable", SCHEDULER), ("syscall", KERNEL),
-    ("faults", KERNEL), ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("ioctl", DRIVER),
+    ("faults", KERNEL), ("cuda_alloc", DRIVER), ("cuda_wait", GPU), ("cuda_cpu", GPU), ("cuda_jit", DRIVER),
+    ("ioctl", DRIVER),
     ("blocked", KERNEL), ("oncpu", COMPUTE))
 # On-CPU time inside the CUDA libraries is the GPU's while the device was busy (a launch or wait spinning on a
 # device that has no room for the work), the driver's otherwise.
@@ -91,6 +93,9 @@ def _describe(kind: str, top: Interval, ms: float, count: int) -> str:
                f"{top.tid}){more}"
     if kind == "cuda_cpu":
         return f"thread {top.tid} on CPU {ms:.0f} ms inside the CUDA driver: {top.detail}{more}"
+    if kind == "cuda_jit":
+        return f"thread {top.tid} on CPU {ms:.0f} ms compiling GPU kernels at run time (a kernel or plan built " \
+               f"for a new shape): {top.detail}{more}"
     if kind == "oncpu":
         return f"thread {top.tid} on CPU {ms:.0f} ms of the stall, its own work ({top.detail}){more}"
     if kind == "faults":

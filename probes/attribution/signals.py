@@ -23,7 +23,8 @@ class Interval:
     """Something a serving thread spent time in (or the server's own gap between two sends)."""
 
     kind: str          # runnable, syscall, ioctl, cuda_alloc, cuda_wait, send_gap, send_blocked, send_stall,
-    #                    block_io, retransmit, oncpu, blocked (uninterruptible sleep), faults (a page-fault burst)
+    #                    block_io, retransmit, oncpu, blocked (uninterruptible sleep), faults (a page-fault burst),
+    #                    cuda_cpu and cuda_jit (on-CPU samples in the CUDA driver, in a run-time kernel compiler)
     start_ns: int      # CLOCK_MONOTONIC
     end_ns: int
     pid: int = 0

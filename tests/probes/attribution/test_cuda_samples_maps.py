@@ -52,3 +52,43 @@ def test_a_collector_without_sampling_can_be_made():
     collector = Collector(LibrarySet(), sample_hz=0)
     assert collector.cuda_samples.period_ns == 0
     assert collector.cuda_samples.open() == [] and collector.cuda_samples.closed() == []
+
+
+LIBNVRTC = "7f2000000000-7f2004000000 r-xp 00000000 08:01 3 /usr/local/lib/python3.12/nvidia/cu13/lib/libnvrtc.so.13\n"
+MS = 1_000_000
+
+
+def test_samples_in_a_run_time_kernel_compiler_are_a_jit_span_apart_from_the_driver(tmp_path: Path):
+    """A thread that spins in libcuda, then compiles in libnvrtc: two spans, each of its own kind, and the
+    kept samples say which library every stretch of on-CPU time was in."""
+    proc = _proc(tmp_path, LIBC + LIBCUDA + LIBNVRTC)
+    cuda = CudaSamples(200.0, proc=str(proc))  # 5 ms apart
+    for i in range(4):
+        cuda.feed(1000 * MS + i * 5 * MS, 42, 43, (0x7F1000000100,))
+    for i in range(6):  # the compiler's own frame first, then one under libc's malloc (frame 1 in libnvrtc)
+        ip = (0x7F0000000010, 0x7F2000000200) if i % 2 else (0x7F2000000100,)
+        cuda.feed(1020 * MS + i * 5 * MS, 42, 43, ip)
+    cuda.feed(1060 * MS, 42, 43, (0x7F0000000010,))  # its own work: no span
+    spans = cuda.closed() + cuda.open()
+    assert [(s.kind, s.start_ns, s.end_ns) for s in spans] == [
+        ("cuda_cpu", 1000 * MS - 2_500_000, 1015 * MS + 2_500_000),
+        ("cuda_jit", 1020 * MS - 2_500_000, 1045 * MS + 2_500_000)]
+    assert "compiling GPU kernels (libnvrtc.so.13)" in spans[1].detail
+    assert (cuda.in_cuda, cuda.in_jit, cuda.samples) == (4, 6, 11)
+    assert cuda.modules_between(1018 * MS, 1100 * MS) == {"libnvrtc.so.13": 3, "libc.so.6": 4}
+    assert cuda.modules_between(0, 2000 * MS, tids=[7]) == {}
+
+
+def test_jit_time_is_the_drivers_whatever_the_gpu_was_doing_and_the_rest_stays_compute():
+    from gpuslo.probes.attribution.attribute import attribute
+    from gpuslo.probes.attribution.signals import GpuSample, Interval
+
+    intervals = [Interval("send_gap", 0, 300 * MS, 1, 2, "sendto"),
+                 Interval("oncpu", 0, 300 * MS, 1, 2, "3 slices"),
+                 Interval("cuda_jit", 20 * MS, 220 * MS, 1, 2, "40 on-CPU samples compiling GPU kernels (x)"),
+                 Interval("cuda_cpu", 230 * MS, 260 * MS, 1, 2, "6 on-CPU samples in the CUDA driver (y)")]
+    busy = [GpuSample(t * MS, 0, 100.0, 0.99) for t in range(0, 300, 50)]
+    a = attribute(0, 300 * MS, intervals, busy)
+    assert (a.dominant, round(a.shares_ms["driver"]), round(a.shares_ms["gpu"]), round(a.shares_ms["compute"])) \
+        == ("driver", 200, 30, 70)
+    assert "compiling GPU kernels at run time" in a.evidence["driver"]

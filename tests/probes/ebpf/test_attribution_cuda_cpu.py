@@ -86,3 +86,64 @@ def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fak
     assert on_busy.shares_ms["gpu"] >= 5 and on_busy.shares_ms["driver"] == 0, report
     assert on_idle.shares_ms["driver"] == on_busy.shares_ms["gpu"] and on_idle.shares_ms["gpu"] == 0, report
     assert on_busy.shares_ms["compute"] > 0 and "inside the CUDA driver" in on_busy.evidence["gpu"], report
+
+
+JIT_C = r"""
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+void nvrtcCompileProgram_spin(double seconds) { double t = now(); while (now() - t < seconds) ; }
+"""
+JIT_CHILD = CHILD.replace("lib.cuLaunchKernel_spin", "lib.nvrtcCompileProgram_spin")
+
+
+@requires_bpf
+def test_on_cpu_time_in_a_run_time_kernel_compiler_is_the_drivers_not_compute(tmp_path, fake_build):
+    """As the H200 engine thread that built a cuDNN attention plan with NVRTC at every token (h14d): 400 ms on a
+    CPU inside a library named libnvrtc.so.13 is driver time, busy GPU or not; before h14d it was compute."""
+    source = tmp_path / "jit.c"
+    source.write_text(JIT_C)
+    lib = tmp_path / "libnvrtc.so.13"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
+    child = subprocess.Popen([sys.executable, "-c", JIT_CHILD, str(lib)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "ready\n"
+    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
+    collector.start()
+    try:
+        collector.watch(child.pid)
+        assert collector.sampling
+        found: list = []
+        done = threading.Event()
+        poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
+        started = time.monotonic_ns()
+        poller.start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        a, b = map(int, child.stdout.readline().split())
+        ended = time.monotonic_ns()
+        time.sleep(0.2)
+        done.set()
+        poller.join(5)
+        found += collector.open_oncpu()
+        child.wait(10)
+        child.stdin.close()
+        child.stdout.close()
+    finally:
+        collector.close()
+    spans = [i for i in found if i.kind == "cuda_jit" and i.pid == child.pid]
+    inside = sum(min(i.end_ns, b) - max(i.start_ns, a) for i in spans if i.end_ns > a and i.start_ns < b) / 1e6
+    assert inside >= 5, [(i.duration_ms, i.detail) for i in spans]
+    assert all("libnvrtc.so.13" in i.detail for i in spans)
+    assert not [i for i in found if i.kind == "cuda_cpu" and i.pid == child.pid]
+    busy = [GpuSample(t, 0, 99.0, 0.99) for t in range(started, ended, 50_000_000)]
+    result = attribute(a - 50_000_000, b + 50_000_000, found, busy, server_observed=False)
+    report = (dict(result.shares_ms), dict(result.evidence))
+    # the compile's spans are the driver's, except where the thread waited for a CPU (runnable claims first; the
+    # spans are widened by half a sample period, and this 2-core machine is shared)
+    shares = result.shares_ms
+    assert shares["driver"] >= 5 and shares["driver"] + shares["scheduler"] >= inside - 1, report
+    assert shares["gpu"] == 0, report
+    assert "compiling GPU kernels at run time" in result.evidence["driver"], report
+    assert result.shares_ms["compute"] > 0, report  # its own 200 ms around the compile stay compute
+    modules = collector.cuda_samples.modules_between(a, b)  # the samples stay with the collector
+    assert modules.get("libnvrtc.so.13", 0) >= 1, modules
