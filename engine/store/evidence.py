@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, func, insert, select
 
 from gpuslo.engine.errors import StoreError
+from gpuslo.engine.store.driver_sql import driver_statement
 from gpuslo.engine.store.models import EVIDENCE_KEEP_FIRST, EVIDENCE_LIMIT, EvidenceRow
 from gpuslo.engine.store.rows import chunks
 
@@ -121,4 +122,4 @@ class Evidence:
             links = [link for link in links if link["violation_id"] not in trimmed
                      or not trimmed[link["violation_id"]][0] < link["position"] < trimmed[link["violation_id"]][1]]
         if links:
-            self._connection.execute(_LINK, links)
+            driver_statement(self._connection.dialect, _LINK, list(links[0])).executemany(self._connection, links)

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from gpuslo.engine import transitions
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import format_time
+from gpuslo.engine.store.driver_sql import driver_statement
 from gpuslo.engine.store.event_insert import stored_ids
 from gpuslo.engine.store.evidence import Evidence
 from gpuslo.engine.store.models import HistoryRow, ViolationRow
@@ -222,8 +223,8 @@ def _write_violations(connection: Connection, fold: _Fold) -> dict[Pair, int]:
     for pair, row in ids.items():
         state = fold.final[pair]
         changed.setdefault(state.latest is not None, []).append({"row_id": row, **_columns(state)})
-    for parameters in changed.values():  # one executemany per column set
-        connection.execute(_CHANGE, parameters)
+    for parameters in changed.values():  # one executemany per column set, as driver SQL (driver_sql.py)
+        driver_statement(connection.dialect, _CHANGE, list(parameters[0])).executemany(connection, parameters)
     new = [{"rule_id": pair[0], "group_key": pair[1], "group": dict(fold.final[pair].group),
             "created_at": fold.final[pair].created_at, **_columns(fold.final[pair])}
            for pair, row in fold.rows.items() if row is None]
@@ -262,7 +263,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
             recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]))))
     links.write()
     if history:
-        connection.execute(_HISTORY, history)
+        driver_statement(connection.dialect, _HISTORY, list(history[0])).executemany(connection, history)
     return recorded
 
 
