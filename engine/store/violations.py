@@ -98,10 +98,13 @@ class _Fold:
 
 @store_operation
 def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
-           notifying_only: bool = False) -> list[Recorded]:
+           notifying_only: bool = False, evidence_stored: bool = False) -> list[Recorded]:
     """Fold the matches and clears into their violations in order, in the caller's transaction; what each one
     changed (a clear that resolves nothing changed nothing). `notifying_only`: only the changes whose `notify`
-    is set (all the outbox step needs); a fold that notifies no one builds no view."""
+    is set (all the outbox step needs); a fold that notifies no one builds no view. `evidence_stored`: the
+    caller knows every evidence event is stored (the embedded engine evaluates only events ingest stored), so
+    the SELECT that checks it first is skipped; the evidence table's foreign key still refuses one that is not
+    (an IntegrityError when the links are written, the transaction then rolled back)."""
     require_aware(now, "record_match: now")
     matches = [item for item in items if isinstance(item, Match)]
     for match in matches:
@@ -109,7 +112,8 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
     if not items:
         return []
     session.flush()  # ORM changes the caller made first, as a query would autoflush them
-    _require_stored(session, list(dict.fromkeys(event.id for m in matches for event in m.explanation.evidence)))
+    if not evidence_stored:
+        _require_stored(session, list(dict.fromkeys(e.id for m in matches for e in m.explanation.evidence)))
     connection = session.connection()
     refused: IntegrityError | None = None
     for _attempt in range(_ATTEMPTS):

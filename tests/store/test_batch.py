@@ -393,3 +393,33 @@ def test_the_write_path_searches_indexes_on_sqlite_never_scans_a_table(database:
     skipped = ("SCAN CONSTANT", "SCAN (subquery", "SCAN anon_")  # literal lists and subquery results, no tables
     scans = [p for p in plans if p.startswith("SCAN ") and not p.startswith(skipped) and "CONSTANT ROWS" not in p]
     assert scans == [], plans
+
+
+def test_vouched_evidence_skips_the_check_and_the_foreign_key_still_refuses_a_ghost(
+        database: Database, make_event, make_match) -> None:
+    """`evidence_stored=True` (the embedded engine's write) sends no SELECT of the evidence ids; evidence that
+    is not stored after all is refused by the evidence table's foreign key, and the transaction leaves nothing."""
+    stored, ghost = make_event(id="stored"), make_event(id="ghost")
+    with database.session() as session:
+        store_events(session, [stored])
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    sqlalchemy_event.listen(database.engine, "before_cursor_execute", seen)
+    try:
+        with database.session() as session:
+            record(session, [make_match([stored], group_key="ok")], now=NOW, evidence_stored=True)
+        assert not any(s.lstrip().upper().startswith("SELECT EVENTS.ID") or "FROM events" in s for s in statements)
+        try:
+            with database.session() as session:
+                record(session, [make_match([stored, ghost], group_key="bad")], now=NOW, evidence_stored=True)
+        except StoreError as exc:
+            assert "FOREIGN KEY" in str(exc).upper() or "foreign key" in str(exc).lower()
+        else:
+            raise AssertionError("evidence that is not stored was linked")
+    finally:
+        sqlalchemy_event.remove(database.engine, "before_cursor_execute", seen)
+    with database.session(readonly=True) as session:
+        assert session.scalars(select(ViolationRow.group_key)).all() == ["ok"]
