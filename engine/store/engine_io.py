@@ -5,6 +5,7 @@ so the engine never calls back into the service."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
@@ -58,11 +59,13 @@ class EngineStore:
         now = _now()
         # The output of stored events is evaluated again if a power loss drops it (it carries their
         # processed_at), so its commit need not wait for the disk; wall-clock absences alone are not re-derived.
+        # Every event this engine evaluates was stored by ingest first (or read back from the store), so the
+        # evidence needs no check that it is stored.
         with self._database.session(rederivable=bool(result.events)) as session:
-            record_result(session, result, now, self._notify, self._burn_rules())
+            record_result(session, result, now, self._notify, self._burn_rules(), evidence_stored=True)
         if result.quarantined:
             self._metrics.events_quarantined.labels("evaluate").inc(len(result.quarantined))
-        for match in result.matches:
-            self._metrics.violations.labels(match.rule_id).inc()
+        for rule_id, count in Counter(match.rule_id for match in result.matches).items():
+            self._metrics.violations.labels(rule_id).inc(count)
         if result.sli is not None:
             self._metrics.count_sli(result.sli.deltas)

@@ -36,12 +36,14 @@ class Output(Protocol):
 
 
 def record_result(session: Session, result: Output, now: datetime, notify: Notify,
-                  burn_rules: Sequence[str] = ()) -> None:
+                  burn_rules: Sequence[str] = (), *, evidence_stored: bool = False) -> None:
     """Store one evaluated batch: its matches and clears in evaluation order (violations.record), the SLI
     counts (after the matches: violations they open may be their causes, `burn_rules` being the SLO burn
     alerts), processed_at on its events and the error of each quarantined one. `notify` writes the outbox rows
-    of each change that notifies someone; a resolve by a clearing event is audited."""
-    for change in violations.record(session, in_evaluation_order(result), now=now, notifying_only=True):
+    of each change that notifies someone; a resolve by a clearing event is audited. `evidence_stored`: see
+    violations.record (the embedded engine's events are all stored; a fleet worker's need not be yet)."""
+    for change in violations.record(session, in_evaluation_order(result), now=now, notifying_only=True,
+                                    evidence_stored=evidence_stored):
         if isinstance(change.cause, Clear):
             audit.record(session, at=now, actor=ENGINE_ACTOR, action="resolve", target_type="violation",
                          target_id=change.view.id, after={"status": change.view.status},

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select
+from sqlalchemy import CompoundSelect, Connection, bindparam, delete, func, insert, select, union_all
 
 from gpuslo.engine.errors import StoreError
+from gpuslo.engine.store.driver_sql import driver_statement
 from gpuslo.engine.store.models import EVIDENCE_KEEP_FIRST, EVIDENCE_LIMIT, EvidenceRow
 from gpuslo.engine.store.rows import chunks
 
@@ -28,12 +29,22 @@ _STATS = (select(_E.violation_id, func.max(_E.position), func.count())
           .where(_E.violation_id.in_(bindparam("ids", expanding=True))).group_by(_E.violation_id))
 _LINKED = select(_E.violation_id, _E.event_id, _E.position).where(
     _E.violation_id.in_(bindparam("ids", expanding=True)), _E.event_id.in_(bindparam("events", expanding=True)))
-# The `upto` lowest positions of each violation: all a trim can reach (see Evidence.__init__), not all 200.
-_RANKED = (select(_E.violation_id, _E.position,
-                  func.row_number().over(partition_by=_E.violation_id, order_by=_E.position).label("rank"))
-           .where(_E.violation_id.in_(bindparam("ids", expanding=True))).subquery())
-_POSITIONS = (select(_RANKED.c.violation_id, _RANKED.c.position).where(_RANKED.c.rank <= bindparam("upto"))
-              .order_by(_RANKED.c.violation_id, _RANKED.c.position))
+# The `upto` lowest positions of each violation: all a trim can reach (see Evidence.__init__), not all 200. One
+# index range scan per violation with its own LIMIT, joined by UNION ALL (a window function over the chunk read
+# every position of every violation and sorted them: the largest statement of the stress stream's batches).
+_POSITIONS: dict[int, CompoundSelect[tuple[int, int]]] = {}  # by the number of violations asked
+
+
+def _lowest_positions(count: int) -> CompoundSelect[tuple[int, int]]:
+    found = _POSITIONS.get(count)
+    if found is None:
+        parts = [select(_E.violation_id, _E.position).where(_E.violation_id == bindparam(f"id{i}"))
+                 .order_by(_E.position).limit(bindparam(f"upto{i}")).subquery() for i in range(count)]
+        found = union_all(*(select(part.c.violation_id, part.c.position) for part in parts))
+        _POSITIONS[count] = found
+    return found
+
+
 _TRIM = delete(_EVIDENCE).where(_E.violation_id == bindparam("violation"),
                                             _E.position > bindparam("after"), _E.position < bindparam("before"))
 _LINK = insert(_EVIDENCE)
@@ -81,9 +92,13 @@ class Evidence:
         upto = {held.violation_id: max(EVIDENCE_KEEP_FIRST, held.count - _KEEP_LATEST) + 1 + len(wanted[pair])
                 for pair, held in self._held.items() if held.violation_id in crowded}
         for chunk in chunks([violation_id for violation_id in crowded if violation_id in existing], _CHUNK):
-            limit = max(upto[violation_id] for violation_id in chunk)
-            for violation_id, position in connection.execute(_POSITIONS, {"ids": chunk, "upto": limit}).all():
-                crowded[violation_id].append(position)
+            parameters = {f"{name}{i}": value for i, violation_id in enumerate(chunk)
+                          for name, value in (("id", violation_id), ("upto", upto[violation_id]))}
+            lowest: dict[int, list[int]] = {violation_id: [] for violation_id in chunk}
+            for violation_id, position in connection.execute(_lowest_positions(len(chunk)), parameters).all():
+                lowest[violation_id].append(position)
+            for violation_id, read in lowest.items():  # UNION ALL keeps no order between its parts
+                crowded[violation_id].extend(sorted(read))
         for held in self._held.values():
             positions = crowded.get(held.violation_id)
             if positions is not None:
@@ -121,4 +136,4 @@ class Evidence:
             links = [link for link in links if link["violation_id"] not in trimmed
                      or not trimmed[link["violation_id"]][0] < link["position"] < trimmed[link["violation_id"]][1]]
         if links:
-            self._connection.execute(_LINK, links)
+            driver_statement(self._connection.dialect, _LINK, list(links[0])).executemany(self._connection, links)

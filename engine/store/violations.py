@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from gpuslo.engine import transitions
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import format_time
+from gpuslo.engine.store.driver_sql import driver_statement
 from gpuslo.engine.store.event_insert import stored_ids
 from gpuslo.engine.store.evidence import Evidence
 from gpuslo.engine.store.models import HistoryRow, ViolationRow
@@ -97,10 +98,13 @@ class _Fold:
 
 @store_operation
 def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
-           notifying_only: bool = False) -> list[Recorded]:
+           notifying_only: bool = False, evidence_stored: bool = False) -> list[Recorded]:
     """Fold the matches and clears into their violations in order, in the caller's transaction; what each one
     changed (a clear that resolves nothing changed nothing). `notifying_only`: only the changes whose `notify`
-    is set (all the outbox step needs); a fold that notifies no one builds no view."""
+    is set (all the outbox step needs); a fold that notifies no one builds no view. `evidence_stored`: the
+    caller knows every evidence event is stored (the embedded engine evaluates only events ingest stored), so
+    the SELECT that checks it first is skipped; the evidence table's foreign key still refuses one that is not
+    (an IntegrityError when the links are written, the transaction then rolled back)."""
     require_aware(now, "record_match: now")
     matches = [item for item in items if isinstance(item, Match)]
     for match in matches:
@@ -108,7 +112,8 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
     if not items:
         return []
     session.flush()  # ORM changes the caller made first, as a query would autoflush them
-    _require_stored(session, list(dict.fromkeys(event.id for m in matches for event in m.explanation.evidence)))
+    if not evidence_stored:
+        _require_stored(session, list(dict.fromkeys(e.id for m in matches for e in m.explanation.evidence)))
     connection = session.connection()
     refused: IntegrityError | None = None
     for _attempt in range(_ATTEMPTS):
@@ -222,8 +227,8 @@ def _write_violations(connection: Connection, fold: _Fold) -> dict[Pair, int]:
     for pair, row in ids.items():
         state = fold.final[pair]
         changed.setdefault(state.latest is not None, []).append({"row_id": row, **_columns(state)})
-    for parameters in changed.values():  # one executemany per column set
-        connection.execute(_CHANGE, parameters)
+    for parameters in changed.values():  # one executemany per column set, as driver SQL (driver_sql.py)
+        driver_statement(connection.dialect, _CHANGE, list(parameters[0])).executemany(connection, parameters)
     new = [{"rule_id": pair[0], "group_key": pair[1], "group": dict(fold.final[pair].group),
             "created_at": fold.final[pair].created_at, **_columns(fold.final[pair])}
            for pair, row in fold.rows.items() if row is None]
@@ -262,7 +267,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
             recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]))))
     links.write()
     if history:
-        connection.execute(_HISTORY, history)
+        driver_statement(connection.dialect, _HISTORY, list(history[0])).executemany(connection, history)
     return recorded
 
 

@@ -393,3 +393,62 @@ def test_the_write_path_searches_indexes_on_sqlite_never_scans_a_table(database:
     skipped = ("SCAN CONSTANT", "SCAN (subquery", "SCAN anon_")  # literal lists and subquery results, no tables
     scans = [p for p in plans if p.startswith("SCAN ") and not p.startswith(skipped) and "CONSTANT ROWS" not in p]
     assert scans == [], plans
+
+
+def test_vouched_evidence_skips_the_check_and_the_foreign_key_still_refuses_a_ghost(
+        database: Database, make_event, make_match) -> None:
+    """`evidence_stored=True` (the embedded engine's write) sends no SELECT of the evidence ids; evidence that
+    is not stored after all is refused by the evidence table's foreign key, and the transaction leaves nothing."""
+    stored, ghost = make_event(id="stored"), make_event(id="ghost")
+    with database.session() as session:
+        store_events(session, [stored])
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    sqlalchemy_event.listen(database.engine, "before_cursor_execute", seen)
+    try:
+        with database.session() as session:
+            record(session, [make_match([stored], group_key="ok")], now=NOW, evidence_stored=True)
+        assert not any(s.lstrip().upper().startswith("SELECT EVENTS.ID") or "FROM events" in s for s in statements)
+        try:
+            with database.session() as session:
+                record(session, [make_match([stored, ghost], group_key="bad")], now=NOW, evidence_stored=True)
+        except StoreError as exc:
+            assert "FOREIGN KEY" in str(exc).upper() or "foreign key" in str(exc).lower()
+        else:
+            raise AssertionError("evidence that is not stored was linked")
+    finally:
+        sqlalchemy_event.remove(database.engine, "before_cursor_execute", seen)
+    with database.session(readonly=True) as session:
+        assert session.scalars(select(ViolationRow.group_key)).all() == ["ok"]
+
+
+def test_the_lowest_positions_are_each_violations_first_n_in_order(database: Database, make_event,
+                                                                   make_match) -> None:
+    """evidence._lowest_positions (one LIMIT per violation, UNION ALL) reads, for each violation, exactly its
+    `upto` lowest positions: checked against a plain ordered read, with gaps left by deleted links."""
+    from sqlalchemy import delete
+
+    from gpuslo.engine.store import evidence
+
+    events = [make_event(id=f"p{i:03d}") for i in range(60)]
+    with database.session() as session:
+        store_events(session, events)
+        for n in range(3):
+            record(session, [make_match(events[n * 10:n * 10 + 10 + 15 * n], rule_id=f"rule-p{n}",
+                                        group_key=f"g={n}")], now=NOW)
+        ids = sorted(session.scalars(select(ViolationRow.id)).all())
+        session.execute(delete(EvidenceRow).where(EvidenceRow.violation_id == ids[1],
+                                                  EvidenceRow.position.in_([2, 3, 7])))
+        upto = {ids[0]: 4, ids[1]: 9, ids[2]: 100}
+        parameters = {f"{name}{i}": value for i, v in enumerate(ids) for name, value in (("id", v), ("upto", upto[v]))}
+        read: dict[int, list[int]] = {v: [] for v in ids}
+        for violation_id, position in session.execute(evidence._lowest_positions(len(ids)), parameters):  # noqa: SLF001
+            read[violation_id].append(position)
+        expected = {v: list(session.scalars(select(EvidenceRow.position).where(EvidenceRow.violation_id == v)
+                                            .order_by(EvidenceRow.position).limit(upto[v]))) for v in ids}
+    assert {v: sorted(p) for v, p in read.items()} == expected
+    assert [len(p) for p in expected.values()] == [4, 9, 40]
+    assert expected[ids[1]][:3] == [1, 4, 5]

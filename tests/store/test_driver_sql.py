@@ -1,0 +1,107 @@
+"""The engine's executemany statements sent as driver SQL (engine/store/driver_sql.py) store exactly what
+SQLAlchemy's own execution of the same statements stores, on both databases."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.postgresql import psycopg
+from sqlalchemy.sql.expression import ClauseElement
+from test_batch import _run, _scenario, _snapshot
+
+from gpuslo.engine.errors import StoreError
+from gpuslo.engine.store import Database, driver_sql, evidence, violations
+from gpuslo.engine.store.models import EventRow
+
+TIMES = [datetime(2026, 12, 2, 8, 0, tzinfo=UTC), datetime(2026, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+         datetime(2001, 2, 3, 4, 5, 6, 999999, tzinfo=timezone(timedelta(hours=-7, minutes=-30))),
+         datetime.fromisoformat("2026-03-29T02:30:00+02:00")]
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), psycopg.dialect()], ids=["sqlite", "postgresql"])
+def test_each_conversion_binds_what_sqlalchemys_processor_binds(dialect: Any) -> None:
+    statement = violations._CHANGE  # noqa: SLF001
+    columns = [c.key for c in violations._VIOLATIONS.c if c.key != "id"] + ["row_id"]  # noqa: SLF001
+    compiled = statement.compile(dialect=dialect, column_keys=columns, for_executemany=True)
+    ours = dict(driver_sql.driver_statement(dialect, statement, columns).convert)
+    assert set(ours) == set(compiled._bind_processors)  # noqa: SLF001
+    samples = {"json": [{"a": [1, 2.5, None, "é"]}, {"big": 2**70}, {"n": {"1": True}}, None],
+               "time": [*TIMES, None], "bool": [True, False, None], "float": [0.0, 3, 2.5, None]}
+    for name, processor in compiled._bind_processors.items():  # noqa: SLF001
+        type_name = type(compiled.binds[name].type).__name__
+        kind = {"JSON": "json", "UTCDateTime": "time", "Boolean": "bool", "Float": "float"}[type_name]
+        for value in samples[kind]:
+            theirs, mine = processor(value), ours[name](value)
+            if kind == "json":  # the text may differ in spacing; what it reads back as may not
+                theirs = getattr(theirs, "obj", theirs)  # psycopg's Json wrapper holds the value
+                assert (None if mine is None else json.loads(mine)) == (
+                    theirs if dialect.name == "postgresql" or theirs is None else json.loads(theirs))
+            else:
+                assert type(mine) is type(theirs) and mine == theirs, (name, value)
+
+
+def test_a_naive_time_is_refused() -> None:
+    with pytest.raises(StoreError, match="naive"):
+        driver_sql.sqlite_time(datetime(2026, 1, 1))
+    with pytest.raises(StoreError, match="naive"):
+        driver_sql.postgresql_time(datetime(2026, 1, 1))
+
+
+def test_a_column_needing_other_processing_is_refused() -> None:
+    """A type this module does not convert (an Interval has a bind processor on SQLite) is refused when the
+    statement is compiled; columns needing no processing (strings) pass as they are."""
+    from sqlalchemy import Column, Interval, MetaData, Table, insert
+
+    table = Table("t", MetaData(), Column("span", Interval))
+    with pytest.raises(StoreError, match="needs bind processing"):
+        driver_sql.driver_statement(sqlite.dialect(), insert(table), ["span"])
+    assert driver_sql.driver_statement(sqlite.dialect(), insert(EventRow.__table__), ["id", "kind"]).convert == ()
+
+
+class _SqlalchemyStatement:
+    """What driver_statement returned before: SQLAlchemy executes the statement with its own bind processing."""
+
+    def __init__(self, statement: ClauseElement):
+        self._statement = statement
+
+    def executemany(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            connection.execute(self._statement, list(rows))
+
+
+def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Database, tmp_path: Path,
+                                                                  make_event, make_match,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fold scenario of test_batch (new, folded, reopened, acknowledged and resolved violations, the evidence
+    cap and its trims, history details) stored through driver SQL and through SQLAlchemy's execution: every
+    violation column, evidence row and history line equal."""
+    events, rounds = _scenario(make_event, make_match)
+    driven = _snapshot(database, _run(database, events, rounds, batched=True))
+    if database.engine.dialect.name == "postgresql":  # the reference runs on the same dialect, emptied
+        reference = database
+        with database.engine.begin() as connection:
+            for table in ("evidence", "violation_history", "violations", "events"):
+                connection.exec_driver_sql(f"DELETE FROM {table}")
+    else:
+        reference = Database(f"sqlite:///{tmp_path / 'reference.db'}")
+        reference.upgrade()
+
+    def sqlalchemy_statement(_dialect: Any, statement: ClauseElement, _keys: Sequence[str]) -> Any:
+        return _SqlalchemyStatement(statement)
+
+    monkeypatch.setattr(violations, "driver_statement", sqlalchemy_statement)
+    monkeypatch.setattr(evidence, "driver_statement", sqlalchemy_statement)
+    try:
+        expected = _snapshot(reference, _run(reference, events, rounds, batched=True))
+    finally:
+        if reference is not database:
+            reference.dispose()
+    assert driven["violations"] and driven["evidence"] and driven["history"]
+    assert driven == expected
