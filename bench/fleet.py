@@ -3,7 +3,11 @@
 Writes the section "## Fleet (bench/fleet.py)" of bench/RESULTS.md. Starts its own 3-node NATS JetStream cluster
 (R3 stream) on free loopback ports and uses scratch PostgreSQL databases on 127.0.0.1:5432, dropped afterwards.
 
-  python bench/fleet.py [--events 20000] [--workers 1 2] [--partitions 8]
+  python bench/fleet.py [--events 20000] [--workers 1 2] [--partitions 8] [--profile DIR]
+
+Besides the wall-clock rates it reports the CPU time per event of the workers and of their PostgreSQL backends
+(from /proc, over the measured span), which a shared machine's load does not inflate as much. `--profile DIR`
+samples every worker with py-spy (raw collapsed stacks, DIR/worker-<k>w-<i>.txt; py-spy must be installed).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,24 +91,60 @@ def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _backends(database, names: Sequence[str]) -> list[int]:  # type: ignore[no-untyped-def]
+    """The PostgreSQL backend pids of the workers (application_name fleet-<name>)."""
+    with database.engine.connect() as connection:
+        return [int(pid) for pid in connection.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = ANY(:names)"),
+            {"names": [f"fleet-{n}" for n in names]}).scalars()]
+
+
+def _profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling one worker until SIGINT (then it writes the collapsed stacks)."""
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
+               "--rate", "250", "--output", str(out), "--nonblocking"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partitions: int, folder: Path,
-              bus: Bus) -> tuple[float, int, tuple[int, int]]:
+              bus: Bus, profile: Path | None = None) -> tuple[float, int, tuple[int, int], tuple[float, float]]:
     """k workers drain the (already published) stream into a fresh database: the seconds it took, the
-    occurrences and the SLI (good, total) stored."""
+    occurrences and the SLI (good, total) stored, and the CPU seconds (workers, their database backends)."""
     with postgres_database(f"bench_fleet{workers}") as database:
         procs = [WorkerProcess(f"b{i}", database, cluster.urls, folder, partitions=partitions)
                  for i in range(workers)]
         for proc in procs:
             proc.start()
+        spies: list[subprocess.Popen[bytes]] = []
         try:
             while len(owned_partitions(database)) < workers:  # every worker holds partitions: the clock starts
                 time.sleep(0.02)
+            pids = [proc.process.pid for proc in procs if proc.process is not None]
+            if profile is not None:
+                spies = [_profile(pid, profile / f"worker-{workers}w-{i}.txt") for i, pid in enumerate(pids)]
+            backends = _backends(database, [proc.name for proc in procs])
+            cpu0 = sum(map(_cpu_seconds, pids)), {pid: _cpu_seconds(pid) for pid in backends}
             started = time.perf_counter()
             while not caught_up(bus, database, table):
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
-            return elapsed, _occurrences(database), _sli_counts(database)
+            backends = sorted(set(backends) | set(_backends(database, [proc.name for proc in procs])))
+            worker_cpu = sum(map(_cpu_seconds, pids)) - cpu0[0]
+            backend_cpu = sum(_cpu_seconds(pid) - cpu0[1].get(pid, 0.0) for pid in backends)
+            return elapsed, _occurrences(database), _sli_counts(database), (worker_cpu, backend_cpu)
         finally:
+            for spy in spies:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             for proc in procs:
                 proc.stop()
 
@@ -113,7 +154,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--profile", type=Path, default=None, help="sample each worker with py-spy into DIR")
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     rulebooks = load_directory(RULES)[0]
     table = RoutingTable.of(rulebooks, args.partitions)
     items = workload.mixed(args.events)
@@ -136,12 +180,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             publisher.publish(events[start:start + 1000])
         publish_rate = len(events) / (time.perf_counter() - started)
         for workers in args.workers:
-            elapsed, occurrences, sli = fleet_run(cluster, table, workers, args.partitions, folder, bus)
+            elapsed, occurrences, sli, cpu = fleet_run(cluster, table, workers, args.partitions, folder, bus,
+                                                       args.profile)
             rate = len(events) / elapsed
-            rows.append((workers, rate, rate / workers, occurrences, sli))
+            per_event = (cpu[0] / len(events) * 1e6, cpu[1] / len(events) * 1e6)
+            rows.append((workers, rate, rate / workers, occurrences, sli, per_event))
             print(f"{workers} worker(s): {rate:,.0f} ev/s, {rate / workers:,.0f} per worker, "
                   f"{occurrences} occurrences (embedded: {embedded_occurrences}), SLI good/total {sli} "
-                  f"(embedded: {embedded_sli})", flush=True)
+                  f"(embedded: {embedded_sli}); CPU per event: workers {per_event[0]:.0f} µs, their PostgreSQL "
+                  f"backends {per_event[1]:.0f} µs", flush=True)
         bus.close()
     finally:
         cluster.stop()
@@ -152,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float,
            embedded: tuple[int, tuple[int, int]], publish_rate: float, copies: int, events: int,
-           rows: list[tuple[int, float, float, int, tuple[int, int]]], uptimes: list[str]) -> None:
+           rows: list[tuple[int, float, float, int, tuple[int, int], tuple[float, float]]],
+           uptimes: list[str]) -> None:
     embedded_occurrences, embedded_sli = embedded
     one = rows[0][2] if rows else 0.0
     lines = [SECTION, "",
@@ -167,14 +215,15 @@ def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float,
              f"{embedded_rate:,.0f} | baseline B |",
              f"| publish to the R3 stream ({copies / events:.2f} copies per event, acks awaited) | "
              f"{publish_rate:,.0f} | |"]
-    for workers, rate, per_worker, occurrences, sli in rows:
+    for workers, rate, per_worker, occurrences, sli, per_event in rows:
         check = "equal" if occurrences == embedded_occurrences else f"DIFFER ({embedded_occurrences} embedded)"
         sli_check = "equal" if sli == embedded_sli else f"DIFFER ({embedded_sli[0]}/{embedded_sli[1]} embedded)"
         lines.append(f"| {workers} worker(s): bus → stored violations and SLI counts ({occurrences} occurrences, "
                      f"{check}; SLI good/total {sli[0]}/{sli[1]}, {sli_check}) | "
                      f"{rate:,.0f} in all, {per_worker:,.0f} per worker | per worker / B = "
                      f"{per_worker / embedded_rate:.2f} (target >= 0.5); / A = {per_worker / evaluate_rate:.2f}; "
-                     f"scaling efficiency {per_worker / one:.2f} |")
+                     f"scaling efficiency {per_worker / one:.2f}; CPU per event: workers {per_event[0]:.0f} µs, "
+                     f"their PostgreSQL backends {per_event[1]:.0f} µs |")
     best_workers, best = max(((row[0], row[1]) for row in rows), key=lambda pair: pair[1], default=(0, 0.0))
     lines += ["", f"At one event per GPU per second, one worker here keeps up with about {one:,.0f} GPUs and "
               f"the best run ({best_workers} workers) with about {best:,.0f}.", "",
