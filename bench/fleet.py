@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -115,25 +116,58 @@ def _profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@contextmanager
+def _start_gate(database, table: RoutingTable, procs: Sequence[WorkerProcess]) -> Iterator[Callable[[], None]]:  # type: ignore[no-untyped-def]
+    """Start the workers while holding every partition until all are members, let them claim their fair shares
+    while the offsets table is locked (each blocks opening its first partition), and yield the function that lets
+    them all go at once: no worker starts before the others have their shares."""
+    from gpuslo.engine.fleet.ownership import MEMBER_CLASS, PARTITION_CLASS
+
+    numbers = [p.number for p in table.all_partitions()]
+    held = database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    gate = database.engine.connect()
+    try:
+        for number in numbers:
+            held.execute(text("SELECT pg_advisory_lock(:cls, :key)"), {"cls": PARTITION_CLASS, "key": number})
+        for proc in procs:
+            proc.start()
+        workers = len(procs)
+        members = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = :cls "
+                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+        while held.execute(members, {"cls": MEMBER_CLASS}).scalar() != workers:
+            time.sleep(0.02)
+        gate.execute(text("LOCK TABLE fleet_partitions IN ACCESS EXCLUSIVE MODE"))
+        held.execute(text("SELECT pg_advisory_unlock_all()"))  # each worker claims ceil(partitions / workers)
+        share = -(-len(numbers) // workers)
+        while True:
+            owned = owned_partitions(database)
+            if len(owned) == workers and sum(owned.values()) == len(numbers) and max(owned.values()) <= share:
+                break
+            time.sleep(0.02)
+        yield gate.commit
+    finally:
+        held.invalidate()  # closed for good: back in the pool, a session lock would stay held
+        gate.close()
+
+
 def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partitions: int, folder: Path,
               bus: Bus, profile: Path | None = None) -> tuple[float, int, tuple[int, int], tuple[float, float]]:
-    """k workers drain the (already published) stream into a fresh database: the seconds it took, the
-    occurrences and the SLI (good, total) stored, and the CPU seconds (workers, their database backends)."""
+    """k workers drain the (already published) stream into a fresh database, all starting at once with their
+    fair shares (_start_gate): the seconds it took, the occurrences and the SLI (good, total) stored, and the
+    CPU seconds (workers, their database backends)."""
     with postgres_database(f"bench_fleet{workers}") as database:
         procs = [WorkerProcess(f"b{i}", database, cluster.urls, folder, partitions=partitions)
                  for i in range(workers)]
-        for proc in procs:
-            proc.start()
         spies: list[subprocess.Popen[bytes]] = []
         try:
-            while len(owned_partitions(database)) < workers:  # every worker holds partitions: the clock starts
-                time.sleep(0.02)
-            pids = [proc.process.pid for proc in procs if proc.process is not None]
-            if profile is not None:
-                spies = [_profile(pid, profile / f"worker-{workers}w-{i}.txt") for i, pid in enumerate(pids)]
-            backends = _backends(database, [proc.name for proc in procs])
-            cpu0 = sum(map(_cpu_seconds, pids)), {pid: _cpu_seconds(pid) for pid in backends}
-            started = time.perf_counter()
+            with _start_gate(database, table, procs) as go:
+                pids = [proc.process.pid for proc in procs if proc.process is not None]
+                if profile is not None:
+                    spies = [_profile(pid, profile / f"worker-{workers}w-{i}.txt") for i, pid in enumerate(pids)]
+                backends = _backends(database, [proc.name for proc in procs])
+                cpu0 = sum(map(_cpu_seconds, pids)), {pid: _cpu_seconds(pid) for pid in backends}
+                started = time.perf_counter()
+                go()
             while not caught_up(bus, database, table):
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
@@ -228,13 +262,16 @@ def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float,
     lines += ["", f"At one event per GPU per second, one worker here keeps up with about {one:,.0f} GPUs and "
               f"the best run ({best_workers} workers) with about {best:,.0f}.", "",
               "Method: the workload of bench/engine.py (fleet mix, 64 hosts × 8 GPUs, all shipped rulebooks) is "
-              "published once; for each worker count, that many `gpuslo worker` processes start on a fresh "
-              "PostgreSQL database (so every partition starts at sequence 0, no replay), and the clock runs from "
-              "the moment every worker holds partitions until every partition has stored the last sequence of its "
-              "subject. Each worker stores every event it reads (the event log and evidence targets), the "
-              "violations, evidence, history, SLI counts and offsets in one transaction per batch, as the embedded "
-              "core stores events, violations and SLI counts. Occurrences and SLI good/total are compared with "
-              "the embedded run's."]
+              "published once (one message per subject and publish of 1,000 events); for each worker count, that "
+              "many `gpuslo worker` processes start on a fresh PostgreSQL database (so every partition starts at "
+              "sequence 0, no replay); the bench holds every partition until all are members and lets them go "
+              "at once with their fair shares claimed, and the clock runs from then until every partition has "
+              "stored the last sequence of its subject. Each worker stores the events its output cites (evidence, "
+              "clears that resolve, errors: the stream is the event log), the violations, evidence, history, "
+              "outbox rows, SLI counts and offsets in one transaction per step. CPU per event: user + system "
+              "time of the worker processes and of their PostgreSQL backends over the measured span, over the "
+              "events (not copies); evaluation A costs 1/A per event on one core. Occurrences and SLI "
+              "good/total are compared with the embedded run's."]
     text_ = "\n".join(lines) + "\n"
     print(text_)
     old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
