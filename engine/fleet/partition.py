@@ -295,9 +295,10 @@ def _stored(pending: Sequence[Pending], evaluated: Sequence[poison.Quarantined],
 
 def _advance(session: Session, pending: Sequence[Pending], owner: str, now: datetime) -> None:
     """Move each partition to its new offset (LostPartition if another owner wrote it)."""
+    refused = offsets.advance_all(session, [(item.runner.partition.name, item.runner.offset.version, item.offset)
+                                            for item in pending], owner, now)
     for item in pending:
-        if not offsets.advance(session, item.runner.partition.name, item.runner.offset.version, item.offset, owner,
-                               now):
+        if item.runner.partition.name in refused:
             raise LostPartition(item.runner)
 
 
