@@ -36,6 +36,7 @@ from sqlalchemy import text  # noqa: E402
 
 from gpuslo.engine.config import Settings  # noqa: E402
 from gpuslo.engine.core import Gpuslo  # noqa: E402
+from gpuslo.engine.events import Event  # noqa: E402
 from gpuslo.engine.fleet.bus import Bus, StreamSettings  # noqa: E402
 from gpuslo.engine.fleet.publish import Publisher  # noqa: E402
 from gpuslo.engine.fleet.routing import RoutingTable  # noqa: E402
@@ -136,13 +137,18 @@ def _start_gate(database, table: RoutingTable, procs: Sequence[WorkerProcess]) -
                        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
         while held.execute(members, {"cls": MEMBER_CLASS}).scalar() != workers:
             time.sleep(0.02)
+        # A rebalance that counted the members before the last one joined must be over before the partitions
+        # are let go: it would claim them all (and then block opening them, the others waiting forever).
+        time.sleep(2.0)
         gate.execute(text("LOCK TABLE fleet_partitions IN ACCESS EXCLUSIVE MODE"))
         held.execute(text("SELECT pg_advisory_unlock_all()"))  # each worker claims ceil(partitions / workers)
-        share = -(-len(numbers) // workers)
+        share, deadline = -(-len(numbers) // workers), time.monotonic() + 60
         while True:
             owned = owned_partitions(database)
             if len(owned) == workers and sum(owned.values()) == len(numbers) and max(owned.values()) <= share:
                 break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the workers did not claim fair shares of {len(numbers)} partitions: {owned}")
             time.sleep(0.02)
         yield gate.commit
     finally:
@@ -151,10 +157,12 @@ def _start_gate(database, table: RoutingTable, procs: Sequence[WorkerProcess]) -
 
 
 def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partitions: int, folder: Path,
-              bus: Bus, profile: Path | None = None) -> tuple[float, int, tuple[int, int], tuple[float, float]]:
+              bus: Bus, profile: Path | None = None, live: Sequence[Event] = ()
+              ) -> tuple[float, int, tuple[int, int], tuple[float, float]]:
     """k workers drain the (already published) stream into a fresh database, all starting at once with their
     fair shares (_start_gate): the seconds it took, the occurrences and the SLI (good, total) stored, and the
-    CPU seconds (workers, their database backends)."""
+    CPU seconds (workers, their database backends). `live`: events published once they run (the stream is
+    empty before), so each step reads what came since the last."""
     with postgres_database(f"bench_fleet{workers}") as database:
         procs = [WorkerProcess(f"b{i}", database, cluster.urls, folder, partitions=partitions)
                  for i in range(workers)]
@@ -168,6 +176,7 @@ def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partition
                 cpu0 = sum(map(_cpu_seconds, pids)), {pid: _cpu_seconds(pid) for pid in backends}
                 started = time.perf_counter()
                 go()
+            _publish(Publisher(bus), live)
             while not caught_up(bus, database, table):
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
@@ -183,12 +192,19 @@ def fleet_run(cluster: NatsCluster, table: RoutingTable, workers: int, partition
                 proc.stop()
 
 
+def _publish(publisher: Publisher, events: Sequence[Event]) -> None:
+    for start in range(0, len(events), 1000):
+        publisher.publish(events[start:start + 1000])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--profile", type=Path, default=None, help="sample each worker with py-spy into DIR")
+    parser.add_argument("--live", action="store_true",
+                        help="also measure each worker count with the events published while the workers run")
     args = parser.parse_args(argv)
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -209,17 +225,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         bus.ensure_stream(StreamSettings(replicas=3))
         bus.put_routes(table)
         started = time.perf_counter()
-        publisher = Publisher(bus)
-        for start in range(0, len(events), 1000):
-            publisher.publish(events[start:start + 1000])
+        _publish(Publisher(bus), events)
         publish_rate = len(events) / (time.perf_counter() - started)
-        for workers in args.workers:
+        runs = [(workers, False) for workers in args.workers]
+        runs += [(workers, True) for workers in args.workers] if args.live else []
+        for workers, live in runs:
+            if live:  # an empty stream: the events come while the workers run
+                bus.drop_stream()
+                bus.ensure_stream(StreamSettings(replicas=3))
+                bus.put_routes(table)
             elapsed, occurrences, sli, cpu = fleet_run(cluster, table, workers, args.partitions, folder, bus,
-                                                       args.profile)
+                                                       args.profile, events if live else ())
             rate = len(events) / elapsed
             per_event = (cpu[0] / len(events) * 1e6, cpu[1] / len(events) * 1e6)
-            rows.append((workers, rate, rate / workers, occurrences, sli, per_event))
-            print(f"{workers} worker(s): {rate:,.0f} ev/s, {rate / workers:,.0f} per worker, "
+            rows.append((workers, rate, rate / workers, occurrences, sli, per_event, live))
+            print(f"{workers} worker(s){' live' if live else ''}: {rate:,.0f} ev/s, {rate / workers:,.0f} per worker, "
                   f"{occurrences} occurrences (embedded: {embedded_occurrences}), SLI good/total {sli} "
                   f"(embedded: {embedded_sli}); CPU per event: workers {per_event[0]:.0f} µs, their PostgreSQL "
                   f"backends {per_event[1]:.0f} µs", flush=True)
@@ -233,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float,
            embedded: tuple[int, tuple[int, int]], publish_rate: float, copies: int, events: int,
-           rows: list[tuple[int, float, float, int, tuple[int, int], tuple[float, float]]],
+           rows: list[tuple[int, float, float, int, tuple[int, int], tuple[float, float], bool]],
            uptimes: list[str]) -> None:
     embedded_occurrences, embedded_sli = embedded
     one = rows[0][2] if rows else 0.0
@@ -249,10 +269,12 @@ def report(args: argparse.Namespace, evaluate_rate: float, embedded_rate: float,
              f"{embedded_rate:,.0f} | baseline B |",
              f"| publish to the R3 stream ({copies / events:.2f} copies per event, acks awaited) | "
              f"{publish_rate:,.0f} | |"]
-    for workers, rate, per_worker, occurrences, sli, per_event in rows:
+    for workers, rate, per_worker, occurrences, sli, per_event, live in rows:
         check = "equal" if occurrences == embedded_occurrences else f"DIFFER ({embedded_occurrences} embedded)"
         sli_check = "equal" if sli == embedded_sli else f"DIFFER ({embedded_sli[0]}/{embedded_sli[1]} embedded)"
-        lines.append(f"| {workers} worker(s): bus → stored violations and SLI counts ({occurrences} occurrences, "
+        when = ", live: published while they run" if live else ""
+        one = next((r[2] for r in rows if r[6] == live), one)
+        lines.append(f"| {workers} worker(s){when}: bus → stored violations and SLI counts ({occurrences} occurrences, "
                      f"{check}; SLI good/total {sli[0]}/{sli[1]}, {sli_check}) | "
                      f"{rate:,.0f} in all, {per_worker:,.0f} per worker | per worker / B = "
                      f"{per_worker / embedded_rate:.2f} (target >= 0.5); / A = {per_worker / evaluate_rate:.2f}; "
