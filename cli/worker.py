@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from dataclasses import replace
 from types import FrameType
 
 import click
@@ -24,19 +25,25 @@ def bus_servers(url: str) -> list[str]:
 @click.option("--name", default=None, help="Worker name in logs and the partition table (default: host-pid).")
 @click.option("--replicas", type=click.IntRange(1, 5), default=3, show_default=True,
               help="Replicas of the stream and bucket when this worker creates them.")
+@click.option("--store-events", type=click.Choice(["evidence", "all"]), default="evidence", show_default=True,
+              envvar="GPUSLO_FLEET_STORE_EVENTS",
+              help="Events kept in PostgreSQL: those violations cite (the stream is the event log), or all.")
 @click.pass_context
-def worker(ctx: click.Context, bus_url: str, partitions: int, name: str | None, replicas: int) -> None:
+def worker(ctx: click.Context, bus_url: str, partitions: int, name: str | None, replicas: int,
+           store_events: str) -> None:
     """Evaluate a fair share of the rules' partitions from the bus and store the violations in PostgreSQL."""
     from gpuslo.cli.serve import configure_logging
     from gpuslo.engine.fleet.bus import Bus, StreamSettings
+    from gpuslo.engine.fleet.partition import PartitionSettings
     from gpuslo.engine.fleet.worker import Worker, WorkerSettings
     from gpuslo.engine.store.db import Database
 
     configure_logging()
     settings: Settings = ctx.find_root().obj
-    fleet = WorkerSettings(partitions=partitions, stream=StreamSettings(replicas=replicas))
+    fleet = WorkerSettings(partitions=partitions, stream=StreamSettings(replicas=replicas),
+                           partition=PartitionSettings(store_events=store_events))
     if name:
-        fleet = WorkerSettings(partitions=partitions, stream=fleet.stream, name=name)
+        fleet = replace(fleet, name=name)
     database = Database(settings.database_url)
     database.upgrade()
     bus = Bus(bus_servers(bus_url), name=f"gpuslo-worker-{fleet.name}")

@@ -1,5 +1,10 @@
 """One owned partition: rebuild its window state by replaying the stream without writing, then evaluate each
-batch read from the stream and store its effects and its new offset in one transaction."""
+batch read from the stream and store its effects and its new offset in one transaction.
+
+The stream is the fleet's event log: by default a partition stores in PostgreSQL only the events its output cites
+(the evidence of its matches, the events that clear a violation, the events set aside with an error), which the
+evidence rows and the violation pages need; `store_events="all"` stores every event it reads as well, as the
+embedded core does."""
 
 from __future__ import annotations
 
@@ -8,16 +13,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import orjson
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.errors import EventError, GpusloError
+from gpuslo.engine.errors import ConfigError, EventError, GpusloError
 from gpuslo.engine.events import Event, parse_event
-from gpuslo.engine.fleet import offsets, poison, slis
+from gpuslo.engine.fleet import offsets, output, poison, publish, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
 from gpuslo.engine.fleet.routing import Partition, longest_window
@@ -29,11 +34,10 @@ from gpuslo.engine.slo.counter import SliBatch
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.engine_output import Notify, record_result
-from gpuslo.engine.violations import Clear, Match
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW_S = 60.0  # how far a publisher's clock may run ahead of the NATS servers' (the replay starts earlier)
-_RECENT = 100_000  # event ids a partition remembers, to evaluate a re-published event once
+STORE_EVENTS = ("evidence", "all")  # what a partition stores of the events it reads (module docstring)
 
 
 class StoreAbandoned(GpusloError):
@@ -52,18 +56,36 @@ class LostPartition(GpusloError):
 
 @dataclass(frozen=True)
 class Pending:
-    """A partition's evaluated batch waiting to be stored, and the offset storing it moves the partition to."""
+    """A partition's evaluated batch waiting to be stored: its results (each with the batch's events), the offset
+    storing it moves the partition to, how many events it evaluated, and whether every one of them is stored
+    (`store_events="all"`) or only those the rows cite (output.py)."""
 
     runner: PartitionRunner
     results: list[EngineResult]
-    events: list[Event]
     offset: Offset
+    evaluated: int = 0
+    store_all: bool = False
 
 
 @dataclass(frozen=True)
 class PartitionSettings:
+    """`batch`: stream messages per fetch (a message holds one publish's events of one subject);
+    `store_events`: "evidence" (only the events the output cites) or "all" (module docstring); `recent_ids`:
+    event ids remembered to evaluate a re-published event once; `duplicate_window_s`: the stream's, which the
+    replay covers at least so that the memory holds every id a publisher may still retry."""
+
     lateness_s: float = 60.0
-    batch: int = 500
+    batch: int = 256
+    store_events: str = "evidence"
+    recent_ids: int = 100_000
+    duplicate_window_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.store_events not in STORE_EVENTS:
+            raise ConfigError(f"fleet store_events: one of {', '.join(STORE_EVENTS)}, got {self.store_events!r}")
+        if self.batch < 1 or self.recent_ids < 1:
+            raise ConfigError(f"fleet partition settings: batch and recent_ids must be >= 1, got {self.batch} and "
+                              f"{self.recent_ids}")
 
 
 class PartitionRunner:
@@ -81,8 +103,6 @@ class PartitionRunner:
         self._settings = settings
         self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics, isolate_events=True)
         self.evaluator.load(self._rulebooks)
-        self._clear_kinds = frozenset(r.lifecycle.resolve_when.kind for rb in self._rulebooks for r in rb.rules
-                                      if r.lifecycle.resolve_when is not None)
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.offset = Offset()
         self.replayed = 0
@@ -106,8 +126,10 @@ class PartitionRunner:
 
     def _replay(self) -> None:
         """Evaluate, and throw away the output of, every message up to the stored sequence that a window may
-        still hold: stored at or after (watermark − longest window − lateness − clock skew)."""
-        horizon = longest_window(self._rulebooks) + self._settings.lateness_s + CLOCK_SKEW_S
+        still hold, or a publisher may still re-publish within the duplicate window: stored at or after
+        (watermark − max(longest window + lateness, duplicate window) − clock skew)."""
+        horizon = max(longest_window(self._rulebooks) + self._settings.lateness_s,
+                      self._settings.duplicate_window_s) + CLOCK_SKEW_S
         since = datetime.fromtimestamp(max(0.0, self.offset.watermark - horizon), UTC)
         reader = self._bus.reader(self.partition.subject, since=since)
         self.evaluator.slo.replaying(True)  # the stored counts are seeded already
@@ -116,7 +138,7 @@ class PartitionRunner:
                 delivered = [d for d in reader.fetch(self._settings.batch, 2.0) if d.seq <= self.offset.seq]
                 if not delivered:
                     break
-                self._evaluate(self._fresh(self._events(delivered)))
+                self.evaluator.evaluate_batch(self._fresh(self._events(delivered)))
                 self.replayed += len(delivered)
                 if delivered[-1].seq >= self.offset.seq:
                     break
@@ -126,15 +148,26 @@ class PartitionRunner:
         self.evaluator.tick(self.offset.clock)  # absences stored by the last owner up to its clock: already out
 
     def _events(self, delivered: Sequence[Delivered]) -> list[Event]:
+        """The events of the messages, in order (publish.decode); what is not a valid event is logged, counted
+        and skipped."""
         events = []
         for item in delivered:
             try:
-                events.append(parse_event(orjson.loads(item.data)))
-            except (EventError, orjson.JSONDecodeError) as exc:  # a bad publisher: skip it, never stop the partition
-                log.error("partition %s: stream message %d is not a valid event: %s", self.partition.name,
-                          item.seq, exc)
-                self._metrics.engine_errors.labels("bus_event").inc()
+                objects = publish.decode(item.data)
+            except orjson.JSONDecodeError as exc:  # a bad publisher: skip it, never stop the partition
+                self._bad(item.seq, exc)
+                continue
+            for obj in objects:
+                try:
+                    events.append(parse_event(obj))
+                except EventError as exc:
+                    self._bad(item.seq, exc)
         return events
+
+    def _bad(self, seq: int, error: Exception) -> None:
+        log.error("partition %s: stream message %d holds what is not a valid event: %s", self.partition.name, seq,
+                  error)
+        self._metrics.engine_errors.labels("bus_event").inc()
 
     def _fresh(self, events: Sequence[Event]) -> list[Event]:
         """Events this partition has not evaluated yet (a re-publish after the duplicate window is skipped)."""
@@ -144,7 +177,7 @@ class PartitionRunner:
                 continue
             self._recent[event.id] = None
             fresh.append(event)
-        while len(self._recent) > _RECENT:
+        while len(self._recent) > self._settings.recent_ids:
             self._recent.popitem(last=False)
         return fresh
 
@@ -157,64 +190,20 @@ class PartitionRunner:
             if not matches:
                 return None
             assert now is not None
-            return Pending(self, [EngineResult((), tuple(matches))], [], self._next(self.offset.seq, now))
+            return Pending(self, [EngineResult((), tuple(matches))], self._next(self.offset.seq, now))
         events = self._fresh(self._events(delivered))
-        results = self._evaluate(events)
-        return Pending(self, results, events, self._next(delivered[-1].seq, self.evaluator.watermark))
+        return Pending(self, [self.evaluator.evaluate_batch(events)],
+                       self._next(delivered[-1].seq, self.evaluator.watermark), len(events),
+                       self._settings.store_events == "all")
 
     def _next(self, seq: int, clock: float) -> Offset:
         return Offset(seq, max(self.offset.watermark, self.evaluator.watermark), max(self.offset.clock, clock),
                       self.offset.version + 1)
 
-    def _evaluate(self, events: Sequence[Event]) -> list[EngineResult]:
-        """The batch's results in stream order. A result's clears are stored after all of its matches, so an
-        event that may clear a violation is evaluated on its own, and a match that follows a clear of its
-        violation starts a new result (it must reopen, not fold into what the clear then resolves)."""
-        parts: list[EngineResult] = []
-        run: list[Event] = []
-        for event in events:
-            if event.kind in self._clear_kinds:
-                if run:
-                    parts.append(self.evaluator.evaluate_batch(run))
-                    run = []
-                parts.append(self.evaluator.evaluate_batch([event]))
-            else:
-                run.append(event)
-        if run or not parts:
-            parts.append(self.evaluator.evaluate_batch(run))
-        return _in_order(parts)
-
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
             self.reader = None
-
-
-def _in_order(parts: Sequence[EngineResult]) -> list[EngineResult]:
-    """Merge consecutive results into as few as keep stream order: a new one starts only where a match follows
-    a clear of the same rule and group key. Events are left out (the batch marks them processed once); the
-    events whose evaluation raised are kept, each in the result its part merged into.
-
-    The SLI counts of every part are merged into the last result: stored after all matches, as the embedded engine
-    stores a batch's (violations the batch opens may be charged with its bad requests). Each SLI is counted only
-    in its own key space's partitions (routing.rulebooks_for), so an event copied to several spaces counts once."""
-    merged: list[EngineResult] = []
-    matches: list[Match] = []
-    clears: list[Clear] = []
-    quarantined: list[tuple[Event, str]] = []
-    cleared: set[tuple[str, str]] = set()
-    for part in parts:
-        if cleared and any((m.rule_id, m.group_key) in cleared for m in part.matches):
-            merged.append(EngineResult((), tuple(matches), tuple(clears), quarantined=tuple(quarantined)))
-            matches, clears, quarantined, cleared = [], [], [], set()
-        matches += part.matches
-        clears += part.clears
-        quarantined += part.quarantined
-        cleared.update((c.rule_id, c.group_key) for c in part.clears)
-    sli = SliBatch.merge(part.sli for part in parts)
-    if matches or clears or quarantined or sli is not None:
-        merged.append(EngineResult((), tuple(matches), tuple(clears), sli=sli, quarantined=tuple(quarantined)))
-    return merged
 
 
 def store_batches(database: Database, pending: Sequence[Pending], owner: str, notify: Notify, metrics: Metrics, *,
@@ -304,29 +293,37 @@ def _stored(pending: Sequence[Pending], evaluated: Sequence[poison.Quarantined],
         metrics.events_quarantined.labels("store").inc(len(bad))
 
 
-def _advance(session: Session, pending: Sequence[Pending], owner: str, now: datetime) -> list[Event]:
-    """Move each partition to its new offset (LostPartition if another owner wrote it); the batches' events."""
+def _advance(session: Session, pending: Sequence[Pending], owner: str, now: datetime) -> None:
+    """Move each partition to its new offset (LostPartition if another owner wrote it)."""
+    refused = offsets.advance_all(session, [(item.runner.partition.name, item.runner.offset.version, item.offset)
+                                            for item in pending], owner, now)
     for item in pending:
-        if not offsets.advance(session, item.runner.partition.name, item.runner.offset.version, item.offset, owner,
-                               now):
+        if item.runner.partition.name in refused:
             raise LostPartition(item.runner)
-    return [event for item in pending for event in item.events]
+
+
+def _prepare(session: Session, pending: Sequence[Pending]) -> tuple[list[EngineResult], list[Event]]:
+    """The results as stored (output.effective) and the events to store before them."""
+    results = output.effective(session, [r for item in pending for r in item.results],
+                               store_all=any(item.store_all for item in pending))
+    everything = [event for item in pending if item.store_all for r in item.results for event in r.events]
+    return results, output.cited(results, everything)
 
 
 def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify,
            burn_rules: Sequence[str]) -> list[poison.Quarantined]:
     """The batches whole; the events whose evaluation raised are stored with their error and come back."""
     now = datetime.now(UTC)
-    events = _advance(session, pending, owner, now)
+    _advance(session, pending, owner, now)
+    results, events = _prepare(session, pending)
     if events:
-        repository.store_events(session, events, now=now)  # the event log and the evidence rows' targets
-    results = _in_order([result for item in pending for result in item.results])
-    for result in results:
-        record_result(session, result, now, notify, burn_rules)
-    repository.mark_processed(session, [e.id for e in events], now)  # an embedded engine never redoes them
-    evaluated = poison.evaluation_quarantined(results)
-    poison.quarantine(session, evaluated, now)
-    return evaluated
+        repository.store_events(session, events, now=now)  # what the evidence rows, clears and errors cite
+    for result in results:  # the SLI counts of all after every match (violations they open may be causes)
+        record_result(session, replace(result, sli=None), now, notify)
+    slo_store.record_sli(session, SliBatch.merge(r.sli for r in results), burn_rules)
+    marked = {event.id for result in results for event in result.events}  # record_result marked them processed
+    repository.mark_processed(session, [e.id for e in events if e.id not in marked], now)
+    return poison.evaluation_quarantined(results)
 
 
 def _write_in_parts(session: Session, item: Pending, owner: str, notify: Notify,
@@ -334,9 +331,9 @@ def _write_in_parts(session: Session, item: Pending, owner: str, notify: Notify,
     """One partition's batch, one match or clear at a time (and its events one at a time if storing them all
     fails); (quarantined at evaluation, quarantined now: an event whose row is refused has none to mark)."""
     now = datetime.now(UTC)
-    events = _advance(session, [item], owner, now)
+    _advance(session, [item], owner, now)
+    results, events = _prepare(session, [item])
     refused = poison.store_events(session, events, now) if events else []
-    results = _in_order(item.results)
     bad = poison.once([*refused, *poison.write_in_parts(session, results, events, now, notify)])
     # The counts are no part's fault: if they fail, the batch fails and is retried whole.
     slo_store.record_sli(session, SliBatch.merge(r.sli for r in results), burn_rules)

@@ -15,7 +15,8 @@ from gpuslo.engine.events import Event
 from gpuslo.engine.runtime import EngineResult
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
-from gpuslo.engine.store.engine_output import Notify, record_result
+from gpuslo.engine.store.engine_output import Notify, in_evaluation_order, record_result
+from gpuslo.engine.violations import Match
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +55,14 @@ def store_events(session: Session, events: Sequence[Event], now: datetime) -> li
 
 def write_in_parts(session: Session, results: Sequence[EngineResult], events: Sequence[Event], now: datetime,
                    notify: Notify) -> list[Quarantined]:
-    """Write each match, then each clear, of `results` in its own savepoint; the events a failing part was made
-    of (its last evidence of the batch, or its clearing event) come back with the error, unwritten."""
+    """Write each match and clear of `results`, in evaluation order, each in its own savepoint; the events a
+    failing part was made of (its last evidence of the batch, or its clearing event) come back with the error,
+    unwritten."""
     ids = {event.id for event in events}
     poison: dict[str, Quarantined] = {}
     for result in results:
-        parts = [EngineResult((), (match,)) for match in result.matches]
-        parts += [EngineResult((), (), (clear,)) for clear in result.clears]
+        parts = [EngineResult((), (item,)) if isinstance(item, Match) else EngineResult((), (), (item,))
+                 for item in in_evaluation_order(result)]
         for part in parts:
             try:
                 with session.begin_nested():

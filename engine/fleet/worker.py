@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuslo.engine.alerts import load_alerts_config
 from gpuslo.engine.config import Settings
@@ -48,7 +48,9 @@ class Worker:
         self._settings = settings
         self._bus = bus
         self._database = database
-        self._fleet = fleet
+        # The replay covers the stream's duplicate window, so that a partition remembers every id it may see again.
+        self._fleet = replace(fleet, partition=replace(fleet.partition,
+                                                       duplicate_window_s=fleet.stream.duplicate_window_s))
         self.metrics = metrics or Metrics()
         self.rulebooks = _load(settings)
         self.table = RoutingTable.of(self.rulebooks, fleet.partitions)
@@ -85,7 +87,7 @@ class Worker:
             self.ownership.leave()
 
     def step(self) -> int:
-        """One fetch across every owned partition and the handling of what came; returns messages handled."""
+        """One fetch across every owned partition and the handling of what came; returns the events evaluated."""
         runners = list(self.runners.values())
         if not runners:
             time.sleep(self._fleet.fetch_timeout_s)
@@ -99,7 +101,7 @@ class Worker:
             log.warning("worker %s: partition %s was written by another owner; giving it up", self._fleet.name,
                         runner.partition.name)
             self._drop(runner.partition.number, unlock=True)
-        handled = sum(len(p.events) for p in pending)
+        handled = sum(p.evaluated for p in pending)
         self.handled += handled
         return handled
 

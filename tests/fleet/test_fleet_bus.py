@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
-import json
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from fleet_support import RULES, wait_for
 
@@ -15,10 +17,12 @@ from gpuslo.cli.serve import FleetReplica
 from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.events import parse_event
-from gpuslo.engine.fleet.bus import Bus, BusError
+from gpuslo.engine.fleet.bus import Bus, BusError, Delivered
 from gpuslo.engine.fleet.ownership import Ownership
-from gpuslo.engine.fleet.publish import UNROUTED, Publisher
-from gpuslo.engine.fleet.routing import RoutingTable
+from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings
+from gpuslo.engine.fleet.publish import UNROUTED, Publisher, decode
+from gpuslo.engine.fleet.routing import RoutingTable, rulebooks_for
+from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.store.db import Database
 from gpuslo.probes.shipper import ShipperConfig
@@ -32,12 +36,17 @@ TIMEOUT = {"kind": "nccl_timeout", "host": "node-2", "job": "job-9", "rank": 3, 
 TABLE = RoutingTable.of(load_directory(RULES)[0], 4)
 
 
-def _read_all(bus: Bus, subject: str) -> list[dict[str, object]]:
+def _messages(bus: Bus, subject: str) -> list[list[dict[str, Any]]]:
+    """Each message on the subject, as the list of events it holds."""
     reader = bus.reader(subject)
     try:
-        return [json.loads(d.data) for d in reader.fetch(100, 1.0)]
+        return [[dict(e) for e in decode(d.data)] for d in reader.fetch(100, 1.0)]  # type: ignore[call-overload]
     finally:
         reader.close()
+
+
+def _read_all(bus: Bus, subject: str) -> list[dict[str, Any]]:
+    return [event for message in _messages(bus, subject) for event in message]
 
 
 def test_publisher_routes_each_copy_and_drops_a_retry(bus: Bus) -> None:
@@ -55,6 +64,45 @@ def test_publisher_routes_each_copy_and_drops_a_retry(bus: Bus) -> None:
     assert [e["id"] for e in on_job] == ["e2"] and parse_event(on_job[0]) == events[1]
     assert "e2" in [e["id"] for e in _read_all(bus, timeout_host.subject)]
     assert "e1" in [e["id"] for e in _read_all(bus, oom_host.subject)]
+
+
+def test_a_publish_travels_as_one_message_per_subject_and_only_the_same_batch_again_is_a_duplicate(
+        bus: Bus) -> None:
+    bus.put_routes(TABLE)
+    publisher = Publisher(bus)
+    events = [parse_event({**OOM, "id": f"b{i}", "gpu": i % 2}) for i in range(6)]  # one host: one host subject
+    subject = next(r for r in TABLE.route(events[0]) if r.space == "host").subject
+    assert publisher.publish(events) == ["accepted"] * 6
+    assert [[e["id"] for e in m] for m in _messages(bus, subject)] == [[f"b{i}" for i in range(6)]]
+    assert publisher.publish(events) == ["duplicate"] * 6  # a client retrying its request: dropped by JetStream
+    other = [*events[2:5], parse_event({**OOM, "id": "b6"})]  # some of them again, in another batch: kept (the
+    assert publisher.publish(other) == ["accepted"] * 4     # partition's memory of ids skips the three again)
+    assert [[e["id"] for e in m] for m in _messages(bus, subject)] == [[f"b{i}" for i in range(6)],
+                                                                       ["b2", "b3", "b4", "b6"]]
+    # A batch too big for one message is split, in order, each part its own message id.
+    size = len(orjson.dumps(events[0].to_dict()))
+    small = Publisher(bus, max_message_bytes=2 * size + 3)
+    many = [parse_event({**OOM, "id": f"c{i}"}) for i in range(5)]
+    assert small.publish(many) == ["accepted"] * 5
+    parts = [[e["id"] for e in m] for m in _messages(bus, subject)][2:]
+    assert parts == [["c0", "c1"], ["c2", "c3"], ["c4"]]
+    assert small.publish(many) == ["duplicate"] * 5
+
+
+def test_a_partition_evaluates_an_event_published_twice_in_different_batches_once(bus: Bus) -> None:
+    rulebooks = load_directory(RULES)[0]
+    partition = next(p for p in RoutingTable.of(rulebooks, 1).all_partitions() if p.space == "host")
+    runner = PartitionRunner(partition, rulebooks_for(rulebooks, "host"), bus=bus, database=Database("sqlite://"),
+                             owner="t", notify=lambda *_: None, metrics=Metrics(), settings=PartitionSettings())
+    xid = {"kind": "gpu_xid", "host": "node-1", "gpu": 0, "attrs": {"xid": 79, "pci_bus": "0000:3b:00"}}
+    batch = [{**xid, "id": f"x{i}", "time": f"2026-12-01T10:00:0{i}Z"} for i in range(4)]
+    now = datetime.now(UTC)
+    first = runner.evaluate([Delivered(1, now, orjson.dumps(batch[:3]))])
+    again = runner.evaluate([Delivered(2, now, orjson.dumps(batch[1:]))])  # x1, x2 again, and x3
+    assert first is not None and again is not None
+    assert (first.evaluated, again.evaluated) == (3, 1)
+    assert [len(p.results[0].matches) for p in (first, again)] == [3, 1]
+    assert again.offset.seq == 2  # the offset moves past the whole message
 
 
 def test_an_event_no_rule_reads_is_kept_on_the_stream_for_no_worker(bus: Bus) -> None:

@@ -68,3 +68,22 @@ def test_a_stale_owner_cannot_store_a_batch(fleet_database: Database) -> None:
         assert offsets.read(session, "host.1") == Offset()
         owner = session.execute(text("SELECT owner FROM fleet_partitions WHERE partition = 'host.0'")).scalar()
     assert owner == "b"
+
+
+def test_a_batch_of_partitions_is_advanced_in_one_go_and_only_the_stale_ones_are_refused(
+        fleet_database: Database) -> None:
+    with fleet_database.session() as session:  # first writes of three partitions
+        moves = [(f"host.{i}", 0, Offset(i + 1, 1.0, 1.0, 1)) for i in range(3)]
+        assert offsets.advance_all(session, moves, "a", NOW) == set()
+    with fleet_database.session() as session:  # host.1 and host.3 (new) by a; host.2 with a version b never read
+        refused = offsets.advance_all(session, [("host.1", 1, Offset(5, 2.0, 2.0, 2)),
+                                                ("host.2", 7, Offset(6, 2.0, 2.0, 8)),
+                                                ("host.3", 0, Offset(4, 2.0, 2.0, 1))], "b", NOW)
+        assert refused == {"host.2"}
+        session.rollback()  # as store_batches does: the batch is tried again without the lost partition
+    with fleet_database.session() as session:
+        assert offsets.advance_all(session, [("host.1", 1, Offset(5, 2.0, 2.0, 2)),
+                                             ("host.3", 0, Offset(4, 2.0, 2.0, 1))], "b", NOW) == set()
+    with fleet_database.session(readonly=True) as session:
+        assert [offsets.read(session, f"host.{i}") for i in range(4)] == [
+            Offset(1, 1.0, 1.0, 1), Offset(5, 2.0, 2.0, 2), Offset(3, 1.0, 1.0, 1), Offset(4, 2.0, 2.0, 1)]
