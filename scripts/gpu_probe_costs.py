@@ -131,6 +131,8 @@ def measure(bpf: Any, run: Any, pid: int, reference_us: float, trap: TrapCost | 
         t["syscalls"] += calls.get(tid, 0) / units
         t["voluntary"] += (vol - v0) / units
         t["involuntary"] += (inv - i0) / units
+    gone = sum(n for tid, n in calls.items() if tid not in sw1)  # threads that ended inside (a request's own)
+    threads["(ended threads)"] = {"syscalls": gone / units, "voluntary": 0.0, "involuntary": 0.0}
     threads = {n: {k: round(v, 2) for k, v in t.items()} for n, t in threads.items() if any(t.values())}
     own = {names.get(tid, str(tid)): round((cpu1.get(tid, 0.0) - c) / wall, 4) for tid, c in cpu0.items()}
     rows = table(spent, units, trap, sys_slow_ns, sum(calls.values()), reference_us)
