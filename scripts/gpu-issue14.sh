@@ -4,6 +4,7 @@
 # cause of the engine thread's CPU time, GPU contention by many other processes, the training and ITL A/Bs.
 # Carry .gpu (the BCC debs and the wheels of scripts/gpu-e2e.sh's header) and, in EXTRA_WHEELS (default
 # .gpu/wheels-extra), the token probe's attrs, Pygments and typing_extensions if the image lacks them.
+# h14e's run:  BCC_PACK=DIR E2E_S=0 RUN_S=420 bash scripts/gpu-issue14.sh OUT --parts costs,train,itl --train-rounds 40
 # OUT gets run.log, e2e.tgz (the e2e's files) and issue14.tgz (the run's JSON and JSONL): 3 files.
 set -uo pipefail
 out=${1:-${OUT:-/tmp/gpuslo-i14-out}}
@@ -16,8 +17,13 @@ e2e_s=${E2E_S:-200}
 step() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 uptime
 step "BCC from the carried Debian packages"
-# shellcheck disable=SC1091
-source .gpu/setup-bcc.sh .gpu
+if [ -n "${BCC_PACK:-}" ]; then  # h14e: scripts/gpu-bcc-pack.sh's tar.xz (a carry under 64 MB)
+    # shellcheck source=scripts/gpu-bcc-pack.sh
+    source scripts/gpu-bcc-pack.sh unpack "$BCC_PACK"
+else
+    # shellcheck disable=SC1091
+    source .gpu/setup-bcc.sh .gpu
+fi
 # shellcheck source=scripts/gpu-setup.sh
 source scripts/gpu-setup.sh
 step "wheels, durable-rules, gpuslo (editable)"
@@ -33,6 +39,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
 uname -r; nproc
 
+e2e_rc=0
+if [ "$e2e_s" -gt 0 ]; then  # E2E_S=0 (h14e): no e2e
 step "(a) end-to-end checks (gpu_e2e.py), at most ${e2e_s}s"
 mkdir -p /tmp/gpuslo-e2e
 # In its own process group (setsid), so that what a timed-out e2e leaves behind (gpuslo serve, the agent and its
@@ -46,6 +54,7 @@ sleep 1
 grep -c '^PASS' "$out/run.log" | sed 's/^/e2e PASS lines: /'
 grep -c '^FAIL' "$out/run.log" | sed 's/^/e2e FAIL lines: /'
 tar czf "$out/e2e.tgz" -C /tmp gpuslo-e2e
+fi
 
 step "(b)+(c) cause, contention, A/Bs (gpu_issue14.py)"
 mkdir -p /tmp/gpuslo-i14

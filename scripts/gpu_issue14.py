@@ -17,6 +17,11 @@ the server and idle until the contention part. The attribution probe (every atta
    estimate (scripts/gpu_ab_stats.py) and its 95 % interval; the pooled p50 and the per-round ratio beside it.
 Writes DIR/issue14.json (everything but the stalls), DIR/gpu-process-stalls.jsonl and
 DIR/gpu-process-signals.jsonl.
+
+h14e (`--parts costs,train,itl`): 0. the probe's cost per attachment, measured directly (scripts/gpu_probe_costs.py)
+over a timed serving run with every hook, then again with the runtime hooks their driver counterpart covers left
+out (bpf.covered_calls of the first run's hits), and per training step; the A/Bs then compare that reduced probe
+with no probe, the client in a process of its own (the probe's Python threads do not share its GIL).
 """
 
 from __future__ import annotations
@@ -38,10 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_ab_stats import paired_positions  # noqa: E402
 from gpu_e2e import PY, ROOT, start, stop, wait_for  # noqa: E402
 from gpu_overhead_contention import STAND_IN_SERVER, Contenders, StandInTrainer, _cpus, record, sm_clock  # noqa: E402
+from gpu_probe_costs import ClientProc, markdown, measure, syscall_slow_path  # noqa: E402
 from gpu_probe_overhead import MODEL, Toggle, Trainer, ab, itl_block, overhead  # noqa: E402
 from gpu_tokens import _get  # noqa: E402
 
 from gpuslo.probes.attribution.agent_probe import AttributionConfig, AttributionProbe  # noqa: E402
+from gpuslo.probes.attribution.bpf import covered_calls  # noqa: E402
+from gpuslo.probes.attribution.costs import libc_call, trap_cost  # noqa: E402
 from gpuslo.probes.ebpf.libraries import from_process  # noqa: E402
 from gpuslo.probes.tokens import ActiveProbeConfig, ActiveTokenProbe  # noqa: E402
 
@@ -144,6 +152,60 @@ def contention(args: argparse.Namespace, probe: AttributionProbe, llm: str, cont
     return summary
 
 
+def costs(args: argparse.Namespace, probe: AttributionProbe, toggle: Toggle, client: ClientProc, libcuda: str | None,
+          server_pid: int, trainer: Any) -> dict[str, Any]:
+    """The cost table with every hook, then with the covered runtime hooks left out (the probe stays so for the
+    A/Bs), and per training step; reference: h14d's 0.6 ms per token, and 1 % of the step."""
+    bpf = probe.collector._bpf  # type: ignore[union-attr]
+    found: dict[str, Any] = {}
+    trap = None
+    if libcuda:  # cuDriverGetVersion: a cheap driver call, no context needed, not one the probe hooks
+        trap = trap_cost(libcuda, "cuDriverGetVersion", libc_call(libcuda, "cuDriverGetVersion"))
+        found["trap"] = {**asdict(trap), "uprobe_trap_ns": round(trap.uprobe_trap_ns, 1),
+                         "pair_trap_ns": round(trap.pair_trap_ns, 1)}
+    found["syscall"] = syscall_slow_path()
+    print("TRAP " + json.dumps({k: found.get(k) for k in ("trap", "syscall")}), flush=True)
+    slow = found["syscall"]["slow_path_ns"]
+    gaps: list[float] = []
+
+    def tokens() -> int:
+        n = 0
+        for _ in range(args.cost_requests):
+            g = client.gaps(1, args.itl_tokens)
+            gaps.extend(g)
+            n += len(g)
+        return n
+
+    found["full"] = measure(bpf, tokens, server_pid, 600.0, trap, slow)
+    found["full"]["itl_p50_ms"] = round(sorted(gaps)[len(gaps) // 2], 3) if gaps else None
+    skip = covered_calls(found["full"]["hits_by_symbol"])
+    found["skip"] = sorted(skip)
+    print("COSTS full\n" + markdown(found["full"]["rows"]) + "\n" + json.dumps(
+        {k: v for k, v in found["full"].items() if k != "rows"}), flush=True)
+    everything = set(toggle.groups)
+    toggle.set(everything - {"uprobes"})
+    toggle.uprobes = [u for u in toggle.uprobes if u[1] not in skip]
+    toggle.set(everything)
+    probe.collector.attached = [s for s in probe.collector.attached if s not in skip]  # type: ignore[union-attr]
+    gaps.clear()
+    found["reduced"] = measure(bpf, tokens, server_pid, 600.0, trap, slow)
+    found["reduced"]["itl_p50_ms"] = round(sorted(gaps)[len(gaps) // 2], 3) if gaps else None
+    print("COSTS reduced (skip " + ",".join(sorted(skip)) + ")\n" + markdown(found["reduced"]["rows"]) + "\n"
+          + json.dumps({k: v for k, v in found["reduced"].items() if k != "rows"}), flush=True)
+    if trainer is not None:
+        steps: list[float] = []
+
+        def train() -> int:
+            steps.extend(trainer.block(args.cost_train_steps))
+            return len(steps)
+
+        step_ms = sorted(trainer.block(20))[10]
+        found["train"] = measure(bpf, train, trainer.pid, step_ms * 10, trap, slow)  # share of 1 % of a step
+        found["train"]["step_p50_ms"] = round(sorted(steps)[len(steps) // 2], 4) if steps else None
+        print("COSTS train (share of 1 % of a step)\n" + markdown(found["train"]["rows"], "step"), flush=True)
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -169,6 +231,12 @@ def main() -> int:
     parser.add_argument("--max-rounds", type=int, default=400)
     parser.add_argument("--reserve-s", type=float, default=150.0, help="seconds kept for the A/Bs")
     parser.add_argument("--dry-run", action="store_true", help="stand-in server and contenders, no NVML")
+    parser.add_argument("--parts", type=lambda v: set(v.split(",")), default={"cause", "contention", "train", "itl"},
+                        help="of cause,contention,costs,train,itl")
+    parser.add_argument("--client-proc-cpus", default="4-5", help="with costs: the client process's CPUs")
+    parser.add_argument("--probe-cpus", default="6-7", help="with costs: this process's (the probe's) CPUs")
+    parser.add_argument("--cost-requests", type=int, default=20)
+    parser.add_argument("--cost-train-steps", type=int, default=200)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     until = args.until or time.time() + 400
@@ -188,13 +256,14 @@ def main() -> int:
         PY, str(WORKLOADS), "serve", "--port", str(args.llm_port), "--gpuslo", "", "--sdpa", "no-cudnn"]
     taskset = pin and shutil.which("taskset") is not None
     procs = [start("llm", (["taskset", "-c", args.engine_cpu] if taskset else []) + server, work)]
-    probe = toggle = trainer = cont = None
+    probe = toggle = trainer = cont = client = None
     try:
         t0 = time.monotonic()
-        cont = Contenders(args.contenders, args.contender_cpus if pin else None, "cpu" if args.dry_run else "cuda",
-                          work, CONTENDER, (str(args.matrix),))
-        result["contenders"] = {"pids": cont.pids, "ready_s": round(time.monotonic() - t0, 1)}
-        print("CONTENDERS " + json.dumps(result["contenders"]), flush=True)
+        if "contention" in args.parts:
+            cont = Contenders(args.contenders, args.contender_cpus if pin else None,
+                              "cpu" if args.dry_run else "cuda", work, CONTENDER, (str(args.matrix),))
+            result["contenders"] = {"pids": cont.pids, "ready_s": round(time.monotonic() - t0, 1)}
+            print("CONTENDERS " + json.dumps(result["contenders"]), flush=True)
         trainer = (StandInTrainer() if args.dry_run else Trainer("cuda")) if args.train_rounds else None
         wait_for(lambda: _get(f"{llm}/healthz"), 240, 0.5)
         state = _get(f"{llm}/control/state") or {}
@@ -214,14 +283,24 @@ def main() -> int:
                            "uprobes": [s for _, s, _ in toggle.uprobes], "unavailable": probe.unavailable}
         print("PROBE " + json.dumps(result["probe"]), flush=True)
         itl_block(llm, 2, args.itl_tokens)
-        result["cause"] = cause(probe, llm, args.cause_rounds, args.cause_tokens)
-        save()
-        result["contention"] = contention(args, probe, llm, cont, until - args.reserve_s)
-        save()
-        result["contenders"]["exit"] = cont.close()
-        cont = None
+        if "cause" in args.parts:
+            result["cause"] = cause(probe, llm, args.cause_rounds, args.cause_tokens)
+            save()
+        if cont is not None:
+            result["contention"] = contention(args, probe, llm, cont, until - args.reserve_s)
+            save()
+            result["contenders"]["exit"] = cont.close()
+            cont = None
+        run_itl = lambda: itl_block(llm, 1, args.itl_tokens)  # noqa: E731
+        if "costs" in args.parts:
+            client = ClientProc(llm, set(_cpus(args.client_proc_cpus)) if pin else None)
+            if pin:
+                os.sched_setaffinity(0, set(_cpus(args.probe_cpus)))
+            run_itl = lambda: client.gaps(1, args.itl_tokens)  # noqa: E731
+            result["costs"] = costs(args, probe, toggle, client, libs.cuda, state["pid"], trainer)
+            save()
         arms = {"on": everything, "off": set()}
-        if trainer is not None:
+        if trainer is not None and "train" in args.parts:
             result["train_blocks"] = ab(toggle, arms, lambda: trainer.block(args.train_steps), 0.0,
                                         args.train_rounds, 16, "train", max_rounds=args.train_rounds)
             result["train"] = {**overhead(result["train_blocks"], "on"),
@@ -234,7 +313,7 @@ def main() -> int:
         itl_block(llm, 2, args.itl_tokens)  # cuDNN off again since the contention part: warm
         itl_s = until - time.time() - 25
         result["itl_blocks"] = []
-        ab(toggle, arms, lambda: itl_block(llm, 1, args.itl_tokens), itl_s, args.min_rounds, 15, "itl",
+        ab(toggle, arms, run_itl, itl_s, args.min_rounds, 15, "itl",
            covariate=sm_clock(), max_rounds=args.max_rounds, blocks=result["itl_blocks"], on_round=save)
         result["itl"] = {**overhead(result["itl_blocks"], "on"), "paired": paired_positions(result["itl_blocks"])}
         save()
@@ -246,6 +325,8 @@ def main() -> int:
     finally:
         result["loadavg_end"] = os.getloadavg()
         save()
+        if client is not None:
+            client.close()
         if toggle is not None:
             toggle.close()
         if probe is not None:

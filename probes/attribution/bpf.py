@@ -34,6 +34,22 @@ TIMED_CALLS: tuple[TimedCall, ...] = (
     TimedCall(LIBCUDART, "cudaMemcpyAsync", WAIT), TimedCall(LIBCUDART, "cudaMemcpy", WAIT),
 )
 
+# A runtime call that reaches the driver through the hooked driver call beside it: its wait is timed there too, so
+# where the driver call is hit at least as often (what scripts/gpu_probe_costs.py checks on the real server), the
+# runtime hook is a second trap pair per call for no new signal and can be left out (Collector's `skip`).
+DRIVER_COUNTERPART: dict[str, str] = {
+    "cudaStreamSynchronize": "cuStreamSynchronize", "cudaDeviceSynchronize": "cuCtxSynchronize_v2",
+    "cudaEventSynchronize": "cuEventSynchronize", "cudaMemcpyAsync": "cuMemcpyDtoHAsync_v2",
+    "cudaMemcpy": "cuMemcpyDtoH_v2", "cudaMalloc": "cuMemAlloc_v2", "cudaFree": "cuMemFree_v2",
+}
+
+
+def covered_calls(hits: dict[str, int]) -> frozenset[str]:
+    """The runtime calls whose driver counterpart was hit at least as often (hits by symbol, over one run), and
+    that were hit at all: those the driver hook times already."""
+    return frozenset(rt for rt, drv in DRIVER_COUNTERPART.items()
+                     if hits.get(rt, 0) > 0 and hits.get(drv, 0) >= hits[rt])
+
 
 @dataclass(frozen=True)
 class Thresholds:

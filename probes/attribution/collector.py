@@ -80,14 +80,15 @@ def _cuda(func: int, calls: int, base: dict[str, int]) -> Interval | None:
 class Collector:
     """The BPF side: start(), watch(pid), poll() → new Intervals (also kept for `keep_s`), close().
     Processes of `cgroups` (and of their descendants) are watched too, learnt in the kernel at their first
-    system call there and from cgroup.procs at refresh_threads()."""
+    system call there and from cgroup.procs at refresh_threads(). The TIMED_CALLS named in `skip` are not hooked."""
 
     def __init__(self, libraries: LibrarySet, *, port: int = 0, thresholds: Thresholds = DEFAULT_THRESHOLDS,
                  keep_s: float = 120.0, comm: str = "", sample_hz: float = 199.0, cgroups: tuple[Cgroup, ...] = (),
-                 send_stalls: bool = True):
+                 send_stalls: bool = True, skip: frozenset[str] = frozenset()):
         self.libraries, self.port, self.thresholds, self.comm = libraries, port, thresholds, comm
         self.cgroups = cgroups
         self.want_send_stalls = send_stalls
+        self.skip = skip  # timed calls not hooked (bpf.covered_calls: timed by their driver counterpart)
         self.send_stalls = False  # hooked: wanted and the kernel has sock:sock_send_length (set at start)
         self.sample_hz = sample_hz
         self.cuda_samples = CudaSamples(sample_hz, symbol=self._symbol)
@@ -111,7 +112,7 @@ class Collector:
             raise ProbeError(f"attribution probe: the BPF program did not load: {str(exc)[:500]}") from exc
         for i, call in enumerate(TIMED_CALLS):
             path = self.libraries.path(call.library)
-            if not path:
+            if not path or call.symbol in self.skip:
                 continue
             try:
                 self._bpf.attach_uprobe(name=path.encode(), sym=call.symbol.encode(), fn_name=f"at_enter_{i}".encode())

@@ -149,7 +149,9 @@ static __always_inline u32 at_watched_self(u32 *tid_out)
         return 0;
 #endif
     }
-    watched_tids.update(&tid, &tgid);
+    /* Learnt once: an update at every system call of a watched thread took the map's bucket lock each time. */
+    if (!watched_tids.lookup(&tid))
+        watched_tids.update(&tid, &tgid);
     return tgid;
 }
 
