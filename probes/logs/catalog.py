@@ -121,7 +121,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                               "diverged with loss"),
     "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
     "anomaly_nonfinite": ("' returned ",),
-    "loss_metric_nonfinite": ("loss", "Loss"),
+    "loss_metric_nonfinite": ("loss", "Loss", "grad_norm", "grad norm"),
     "nccl_call_result": (" failed: unhandled", " failed: internal error", " failed: invalid",
                          " failed: remote process"),
     "library_status": ("CUFFT", "_STATUS_"), "scheme_status": ("Error", "ERROR_"),

@@ -88,7 +88,8 @@ def _anomaly(text: str) -> Found:
 
 
 # NaN only: a loss printed as `inf` is left to the families above (the prefilter has no cheap word for it)
-_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?[Ll]oss)'?\s*[:=]\s*(?:nan|NaN)(?!\w|\.\d)")
+_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?(?:[Ll]oss|grad[ _]norm))'?\s*[:=]\s*(?:nan|NaN)"
+                     r"(?!\w|\.\d)")
 
 
 # ... and in words: "Training loss at epoch 25 - nan", "Training batch 64 ends with loss NaN."
@@ -97,9 +98,9 @@ _METRIC_WORDS = re.compile(r"(?:^|(?<=\s))((?:[A-Za-z]+ )?loss)"
 
 
 def _metric(text: str) -> Found | None:
-    """A training log line that prints a loss as NaN: Megatron "lm loss: nan |", Hugging Face
-    "{'loss': nan, ...}", Keras "- loss: nan", mmdet/detectron2 "total_loss: nan", Lightning "loss=nan", or says it
-    in words ("loss at epoch 25 - nan", "ends with loss NaN")."""
+    """A training log line that prints a loss or the gradient norm as NaN: Megatron "lm loss: nan |" and "grad norm:
+    nan |", Hugging Face "{'loss': nan, ...}" and "'grad_norm': nan", Keras "- loss: nan", mmdet/detectron2
+    "total_loss: nan", Lightning "loss=nan", or says it in words ("loss at epoch 25 - nan", "ends with loss NaN")."""
     match = _METRIC.search(text) or _METRIC_WORDS.search(text)
     if not match:
         return None

@@ -81,6 +81,16 @@ CUDA_ERRORS: dict[str, tuple[str, int]] = {
     "all CUDA-capable devices are busy or unavailable": ("cudaErrorDevicesUnavailable", 46),
     "forward compatibility was attempted on non supported HW": ("cudaErrorCompatNotSupportedOnDevice", 804),
     "the provided PTX was compiled with an unsupported toolchain.": ("cudaErrorUnsupportedPtxVersion", 222),
+    "the operation cannot be performed in the present state": ("cudaErrorIllegalState", 401),
+    "device kernel image is invalid": ("cudaErrorInvalidKernelImage", 200),
+    "invalid device context": ("cudaErrorDeviceUninitialized", 201),
+    "a PTX JIT compilation failed": ("cudaErrorInvalidPtx", 218),
+    "PTX JIT compiler library not found": ("cudaErrorJitCompilerNotFound", 221),
+    "context is destroyed": ("cudaErrorContextIsDestroyed", 709),
+    "invalid program counter": ("cudaErrorInvalidPc", 718),
+    "too many blocks in cooperative launch": ("cudaErrorCooperativeLaunchTooLarge", 720),
+    "system has unsupported display driver / cuda driver combination": ("cudaErrorSystemDriverMismatch", 803),
+    "CUDA driver is a stub library": ("cudaErrorStubLibrary", 34),
     "unknown error": ("cudaErrorUnknown", 999),
 }
 _CUDA_ERRORS_LOWER = {text.lower(): value for text, value in CUDA_ERRORS.items()}
