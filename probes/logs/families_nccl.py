@@ -154,6 +154,16 @@ def _pg_work(text: str) -> Found:
         "pg": _pg(text)}), rank=_pg_rank(text)), text)
 
 
+def _pg_dump_signal(text: str) -> Found:
+    """"Received a dump signal due to a collective timeout from this local rank (or: from rank N) and we will try our
+    best to dump the debug info. Last enqueued NCCL work: M, last completed NCCL work: K." A timeout seen by
+    ProcessGroupNCCL's heartbeat monitor; the collective is not named."""
+    return Found("nccl_timeout", _clean({
+        "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
+        "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
+        "pg": _pg(text)}), rank=_pg_rank(text))
+
+
 def _store_timeout(text: str) -> Found:
     """c10d's TCPStore: a client that cannot connect, a wait for keys or for workers that times out."""
     ms = _int(r"after\s*(\d+)\s*ms", text)
@@ -250,6 +260,9 @@ NCCL_FAMILIES: tuple[Family, ...] = (
     Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"
                          r"|detected by watchdog at work: \d"), _pg_work,
            complete=_c(r"before\s*timing\s*out"), max_lines=5, accept=_PG_FOLLOWS),
+    # PyTorch 2.4+ (flight recorder): a rank told to dump its debug info because a collective timed out
+    Family("pg_dump_signal", _c(r"Received a dump signal due to a collective timeout"), _pg_dump_signal,
+           complete=_c(r"last\s*completed\s*(?:NCCL\s*)?work:\s*-?\d"), max_lines=2),
     Family("store_timeout", _c(r"client socket has timed out after \d+ms|DistStoreError: (?:Timed out after \d+ "
                                r"seconds|wait timeout after \d+ms)|Socket Timeout"), _store_timeout),
     Family("nccl_op_failed", _c(r"NCCL operation \w+\(.*\) failed:"), _nccl_op_failed),
