@@ -92,3 +92,22 @@ def test_vllm_start_up_errors_are_found_by_their_exception_class():
     event = one("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
                 "initializing the engine.")
     assert event.kind == "cuda_oom"
+
+
+# ---- after heldout15's first run (not part of its figure) ----
+
+
+def test_a_check_that_prints_the_call_and_failed_with_error_is_found_without_another_trigger_word():
+    event = one("  what():  /tmp/b/include/tiny-cuda-nn/multi_stream.h:84 cudaEventRecord(m_event, m_stream) failed "
+                "with error an illegal memory access was encountered")
+    assert (event.kind, event.attrs["error_name"]) == ("cuda_error", "cudaErrorIllegalAddress")
+
+
+def test_a_progress_bar_loss_printed_as_nan_dot_zero_is_nonfinite():
+    event = one("Epoch 0:  71%|███▏ | 5881/8295 [04:01<01:39, 24.37it/s, v_num=0, train_loss_step=nan.0]")
+    assert (event.kind, event.attrs["metric"], event.attrs["value"]) == ("loss_nonfinite", "train_loss_step", "nan")
+
+
+def test_xla_names_a_library_internal_error_in_words():
+    event = one("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: cuSolver internal error")
+    assert (event.kind, event.attrs["error_name"]) == ("cuda_error", "CUSOLVER_STATUS_INTERNAL_ERROR")
