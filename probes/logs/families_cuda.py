@@ -69,7 +69,9 @@ _API = re.compile(
     r"|cuMem\w+)\b"
     # the call a check prints with its status: "CUDA error: cudaMemcpyAsync(dst, ...): invalid argument", HPL's
     # "CUDART Error: cudaMemcpyAsync( ... ) = 700 (an illegal memory access ...)"
-    r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \(", re.MULTILINE)
+    r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \("
+    # tiny-cuda-nn's and other checks: "cudaEventRecord(m_event, m_stream) failed with error <text>"
+    r"|\b(cu(?:da)?[A-Z]\w*)\([^\n()]*\) failed with error ", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2", "driver",
            "init", "initnum", "curesult", "rsnum", "stream", "invnum")
 

@@ -168,6 +168,19 @@ def find_status(text: str) -> tuple[str, int] | None:
     if hits:  # the earliest phrase; the longest at one position ("operation not permitted when ..." over its head)
         at, phrase = min(hits, key=lambda hit: (hit[0], -len(hit[1])))
         return _CUDA_ERRORS_LOWER[phrase]
+    return _cut_status(lowered.rstrip())
+
+
+_CUT = 20  # the shortest head of a cudaGetErrorString text that a cut line may end with
+
+
+def _cut_status(lowered: str) -> tuple[str, int] | None:
+    """A text cut off at the end of the line (an issue title, a console's width): "... failed with error an illegal
+    memory access was encounte" ends with the first 37 characters of "an illegal memory access was encountered"."""
+    for phrase, value in _CUDA_ERRORS_LOWER.items():
+        for size in range(len(phrase) - 1, _CUT - 1, -1):
+            if lowered.endswith(phrase[:size]):
+                return value
     return None
 
 

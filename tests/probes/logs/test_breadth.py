@@ -111,3 +111,10 @@ def test_a_progress_bar_loss_printed_as_nan_dot_zero_is_nonfinite():
 def test_xla_names_a_library_internal_error_in_words():
     event = one("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: cuSolver internal error")
     assert (event.kind, event.attrs["error_name"]) == ("cuda_error", "CUSOLVER_STATUS_INTERNAL_ERROR")
+
+
+def test_a_line_cut_inside_the_error_text_still_names_the_status():
+    event = one("ERROR Uncaught exception: /src/gpu_memory.h:603 cudaDeviceSynchronize() failed with error an "
+                "illegal memory access was encounte")
+    assert (event.attrs["error_name"], event.attrs["api"]) == ("cudaErrorIllegalAddress", "cudaDeviceSynchronize")
+    assert events("ERROR Uncaught exception: cudaDeviceSynchronize() failed with error an illeg") == []  # too short
