@@ -118,3 +118,13 @@ def test_a_line_cut_inside_the_error_text_still_names_the_status():
                 "illegal memory access was encounte")
     assert (event.attrs["error_name"], event.attrs["api"]) == ("cudaErrorIllegalAddress", "cudaDeviceSynchronize")
     assert events("ERROR Uncaught exception: cudaDeviceSynchronize() failed with error an illeg") == []  # too short
+
+
+def test_the_bfc_allocators_not_a_failure_note_wrapped_over_lines_stays_silent():
+    """heldout16's first-run false positive: the note's "The caller indicates that this is not a failure" wrapped."""
+    assert events("2017-07-02 15:57:33.230281: W tensorflow/core/common_runtime/bfc_allocator.cc:217]\n"
+                  " Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.59GiB. The\n"
+                  " caller indicates that this is not a failure, but may mean that there\n"
+                  "could be performance gains if more memory is available.") == []
+    assert one("W tensorflow/core/common_runtime/bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying "
+               "to allocate 2.43MiB.  Current allocation summary follows.").kind == "cuda_oom"
