@@ -128,3 +128,9 @@ def test_the_bfc_allocators_not_a_failure_note_wrapped_over_lines_stays_silent()
                   "could be performance gains if more memory is available.") == []
     assert one("W tensorflow/core/common_runtime/bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying "
                "to allocate 2.43MiB.  Current allocation summary follows.").kind == "cuda_oom"
+
+
+def test_an_error_in_typographic_quotes_on_a_line_of_its_own_is_a_quotation():
+    """heldout17's first-run false positive."""
+    assert events("“RuntimeError: CUDA error: an illegal memory access was encountered.”") == []
+    assert one("RuntimeError: CUDA error: an illegal memory access was encountered").kind == "cuda_error"
