@@ -34,15 +34,19 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # at most 32 (the crate's Slim Teddy, 18 ms per 100 MB each) read a chunk in ~36 ms; 33+ words in one automaton
 # switch it to Fat Teddy (twice as slow) and a third automaton costs another 18-45 ms (bench/logs.py 0.69 -> 0.62).
 # Words that another word covers by construction are left out: CUBLAS_STATUS_/CUDNN_STATUS_ hold "_STATUS_", dmesg's
-# "NVRM: API mismatch" holds "VRM", nvidia-smi's "device handle for GPU ...: GPU is lost / Unknown Error" holds
-# "U is lost" / "Error", and "Out of " covers "Out of memory" and "Out of GPU memory". The crate puts a word in the
-# bucket of its index (mod 8) unless it shares a head with another: the ORDER below sets the buckets, and with it
-# how often a bucket fires on ordinary text (57 vs 36 ms over bench/logs.py's 100 MB for the same 64 words); it is
-# measured, not designed: `bench/logs.py --search-order N` swaps words N times and prints a faster order.
+# "NVRM: API mismatch" and the kernel's "GPU has fallen off the bus" hold "VRM" (a tool that relays the latter names its
+# "Xid"/"XID" 79), vLLM's "Free memory on device ..." and "No available memory for the cache blocks" are raised as
+# ValueError (so printed after "ValueError: ", which holds "Error"), nvidia-smi's "device handle for GPU ...: GPU is
+# lost / Unknown Error" holds "U is lost" / "Error", and "Out of " covers "Out of memory" and "Out of GPU memory". The
+# crate puts a word in the bucket of its index (mod 8) unless it shares a head with another: the ORDER below sets the
+# buckets, and with it how often a bucket fires on ordinary text (57 vs 36 ms over bench/logs.py's 100 MB for the same
+# 64 words); it is measured, not designed: `bench/logs.py --search-order N` swaps words N times and prints a faster
+# order.
 TRIGGER_WORDS: tuple[bytes, ...] = (
-    b"UDA", b"U is lost", b"U has fallen", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog", b"Free memory on device",
+    b"UDA", b"U is lost", b") failed with error ", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
+    b"Received a dump signal",
     b"G status", b"Heartbeat", b"THC", b"SXid", b"L WARN", b"V cache is needed", b"L operation", b"L work",
-    b"No available memory", b"NVSwitch", b"The model's max", b"VRM", b"L communicator", b"Error",
+    b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"L communicator", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
     b"NV_ERR_", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
     b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid loss",
@@ -105,6 +109,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
     "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
     "startup_free_memory": ("Free memory on device",),
+    "pg_dump_signal": ("dump signal due to a collective timeout",),
     "cuda_status": ("CUDA", "Cuda", "cuBLAS Error", "cuda runtime error", "CUBLAS_STATUS_", "HIP error",
                     "CUDNN failure", "CUresult error", "Internal: unable to create", "Invalid error code ("),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
@@ -121,10 +126,10 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                               "diverged with loss"),
     "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
     "anomaly_nonfinite": ("' returned ",),
-    "loss_metric_nonfinite": ("loss", "Loss"),
+    "loss_metric_nonfinite": ("loss", "Loss", "grad_norm", "grad norm"),
     "nccl_call_result": (" failed: unhandled", " failed: internal error", " failed: invalid",
                          " failed: remote process"),
-    "library_status": ("CUFFT", "_STATUS_"), "scheme_status": ("Error", "ERROR_"),
+    "library_status": ("CUFFT", "_STATUS_", " internal error"), "scheme_status": ("Error", "ERROR_"),
     "oom_wording": ("ut of memory", "ut of GPU memory", "ut of device memory", "ut of Device memory",
                     "ut of CUDA memory", "ut of video memory", "nsufficient GPU memory", "OUT OF MEMORY"),
     "cuda_code": ("rror", "RROR", "tatus", "esult", "ode"),

@@ -159,6 +159,11 @@ def _stated(pattern: re.Pattern[str]):  # type: ignore[no-untyped-def]
     return extract
 
 
+# the CUDA samples' checks, copied into much code: "Failed to allocate device vector A (error code out of memory)!",
+# "Failed to launch vectorAdd kernel (error code no kernel image is available for execution on the device)!"
+_SAMPLE = _c(r"\(error code (?P<text>[a-zA-Z][^()]{2,160})\)")
+
+
 CHECK_FAMILIES: tuple[Family, ...] = (
     Family("cuda_check_failed", _CHECK, _check_failed),
     Family("opencv_gpu_api", _OPENCV, _opencv),
@@ -173,15 +178,17 @@ CHECK_FAMILIES: tuple[Family, ...] = (
     Family("cuda_driver_number", _DRIVER_NUMBER, _driver_number),
     Family("cublas_text", _CUBLAS_TEXT, _cublas_text),
     Family("cuda_at_line", _AT_LINE, _stated(_AT_LINE)),
+    Family("cuda_sample_check", _SAMPLE, _stated(_SAMPLE)),
 )
 """Tried after the CUDA status families (which read these lines' "CUDA error: ..." first when they have one)."""
 NEEDS: dict[str, tuple[str, ...]] = {
     "cuda_check_failed": (" cudaSuccess", "(cudaSuccess"), "opencv_gpu_api": ("Gpu API call",),
     "thrust_error": ("thrust::system::", " failed"), "terminate_cuda": ("terminate called after throwing",),
     "deepspeed_gemm": ("!!!! kernel execution error",), "cudacheck": ("Cuda error ",), "cuda_at_line": (" at line ",),
-    "cuda_driver_number": ("Cuda driver error ",),
+    "cuda_driver_number": ("Cuda driver error ",), "cuda_sample_check": ("(error code ",),
     "cublas_text": ("cublas runtime error", "cuBLAS Error", "CUBLAS RUNTIME ERROR", "cuBLAS error"),
 }
 # the prefilter's words for these lines (catalog.py): each led by a byte that is rare in log text
 # ("'thrust::" is on the terminate line a thrust what() follows; a what() alone is not read)
-TRIGGERS: tuple[bytes, ...] = (b"Success", b"Gpu API", b"'thrust::", b"!!!! kernel", b"Cuda ", b".cu at line")
+TRIGGERS: tuple[bytes, ...] = (b"Success", b"Gpu API", b"'thrust::", b"!!!! kernel", b"Cuda ", b".cu at line",
+                               b"(error code ")

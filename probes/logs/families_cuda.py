@@ -69,7 +69,9 @@ _API = re.compile(
     r"|cuMem\w+)\b"
     # the call a check prints with its status: "CUDA error: cudaMemcpyAsync(dst, ...): invalid argument", HPL's
     # "CUDART Error: cudaMemcpyAsync( ... ) = 700 (an illegal memory access ...)"
-    r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \(", re.MULTILINE)
+    r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \("
+    # tiny-cuda-nn's and other checks: "cudaEventRecord(m_event, m_stream) failed with error <text>"
+    r"|\b(cu(?:da)?[A-Z]\w*)\([^\n()]*\) failed with error ", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2", "driver",
            "init", "initnum", "curesult", "rsnum", "stream", "invnum")
 
@@ -302,11 +304,14 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                               # ONNX Runtime's arena (the CUDA provider's device memory)
                               r"|BFCArena::AllocateRawInternal(?:\(.{0,160}\))? Failed to allocate memory for "
                               r"requested buffer of size \d"
+                              # ... and its signature at the end of a line that a table cell or a console wrapped
+                              r"|BFCArena::AllocateRawInternal\(.{0,160}\)\s*$"
                               # TensorRT 10's builder: "Error Code 2: OutOfMemory (Requested size was N bytes.)"
                               r"|OutOfMemory \(Requested size was \d+ bytes"), _alloc_failed,
            complete=_c(r"failed to allocate CUDA\d* buffer of size \d|Requested size|could not be allocated|byte size"
                        r"|requested buffer of size"),
-           max_lines=2, accept=_c(r"failed to allocate CUDA\d* buffer of size \d")),
+           max_lines=2, accept=_c(r"failed to allocate CUDA\d* buffer of size \d"
+                                  r"|^\s*Failed to allocate memory for requested buffer of size \d")),
     Family("executor_memory", _c(r"Executor creation failed due to insufficient GPU memory"), _executor_memory),
 )
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (

@@ -53,7 +53,9 @@ def _scheme_status(text: str) -> Found | None:
 _CUFFT_CODES = {1: "CUFFT_INVALID_PLAN", 2: "CUFFT_ALLOC_FAILED", 3: "CUFFT_INVALID_TYPE", 4: "CUFFT_INVALID_VALUE",
                 5: "CUFFT_INTERNAL_ERROR", 6: "CUFFT_EXEC_FAILED", 7: "CUFFT_SETUP_FAILED", 8: "CUFFT_INVALID_SIZE"}
 _LIBRARY = re.compile(r"\b(?P<name>(?:CUFFT|(?:CUSPARSE|CUSOLVER|CURAND|NVJPEG|CUTENSOR)_STATUS)_[A-Z_]+)\b"
-                      r"|CUFFTError\(code (?P<code>\d+)")
+                      r"|CUFFTError\(code (?P<code>\d+)"
+                      # XLA's wording of a library's internal status: "INTERNAL: cuSolver internal error"
+                      r"|\b(?P<lib>cuSolver|cuSPARSE|cuBLAS|cuFFT|cuRAND) internal error\b")
 
 
 def _library_status(text: str) -> Found | None:
@@ -61,7 +63,8 @@ def _library_status(text: str) -> Found | None:
     if not match:
         return None
     code = int(match.group("code")) if match.group("code") else None
-    name = match.group("name") or _CUFFT_CODES.get(code or 0)
+    name = match.group("name") or _CUFFT_CODES.get(code or 0) or (
+        f"{match.group('lib').upper()}_STATUS_INTERNAL_ERROR" if match.group("lib") else None)
     if name is None or name.endswith("_SUCCESS"):
         return None
     kind = "cuda_oom" if "ALLOC" in name else "cuda_error"

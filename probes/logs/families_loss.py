@@ -21,7 +21,7 @@ _NONFINITE = r"(?:nan|NaN|NAN|-?inf|-?Inf|-?INF|-?infinity|-?Infinity)"
 
 def _value(text: str) -> str | None:
     """`nan` or `inf` (either sign) for the first non-finite number the text prints, None when it names none."""
-    match = re.search(r"(?<![\w.])(nan|-?inf(?:inity)?)(?!\w|\.\d)", text, re.IGNORECASE)
+    match = re.search(r"(?<![\w.])(nan|-?inf(?:inity)?)(?:\.0+)?(?!\w|\.\d)", text, re.IGNORECASE)
     if not match:
         return None
     return "nan" if match.group(1).lower() == "nan" else "inf"
@@ -88,7 +88,9 @@ def _anomaly(text: str) -> Found:
 
 
 # NaN only: a loss printed as `inf` is left to the families above (the prefilter has no cheap word for it)
-_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?[Ll]oss)'?\s*[:=]\s*(?:nan|NaN)(?!\w|\.\d)")
+# Lightning's progress bar prints "train_loss_step=nan.0"
+_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?(?:[Ll]oss(?:_step|_epoch)?|grad[ _]norm))'?"
+                     r"\s*[:=]\s*(?:nan|NaN)(?:\.0+)?(?!\w|\.\d)")
 
 
 # ... and in words: "Training loss at epoch 25 - nan", "Training batch 64 ends with loss NaN."
@@ -97,9 +99,9 @@ _METRIC_WORDS = re.compile(r"(?:^|(?<=\s))((?:[A-Za-z]+ )?loss)"
 
 
 def _metric(text: str) -> Found | None:
-    """A training log line that prints a loss as NaN: Megatron "lm loss: nan |", Hugging Face
-    "{'loss': nan, ...}", Keras "- loss: nan", mmdet/detectron2 "total_loss: nan", Lightning "loss=nan", or says it
-    in words ("loss at epoch 25 - nan", "ends with loss NaN")."""
+    """A training log line that prints a loss or the gradient norm as NaN: Megatron "lm loss: nan |" and "grad norm:
+    nan |", Hugging Face "{'loss': nan, ...}" and "'grad_norm': nan", Keras "- loss: nan", mmdet/detectron2
+    "total_loss: nan", Lightning "loss=nan", or says it in words ("loss at epoch 25 - nan", "ends with loss NaN")."""
     match = _METRIC.search(text) or _METRIC_WORDS.search(text)
     if not match:
         return None

@@ -54,10 +54,20 @@ def _nccl_block(text: str) -> Found | None:
         rank=_first_rank(text))
 
 
+_CHECKED = re.compile(r"\bCUDA error (\d+) '([^']+)'")
+
+
 def _nccl_warn(text: str) -> Found | None:
     rest = text.split("NCCL WARN", 1)[-1].strip()
     if "Cuda failure" in rest:
         return _cuda(rest)
+    # transport code that checks a CUDA call itself: "Failed to bind NVLink SHARP (NVLS) Multicast memory of size N :
+    # CUDA error 401 'the operation cannot be performed in the present state'"
+    checked = _CHECKED.search(rest)
+    if checked:
+        found = _cuda(f"CUDA error: {checked.group(2)}")
+        if found is not None:
+            return Found(found.kind, {**found.attrs, "error_code": int(checked.group(1))})
     if re.search(r"Got completion from peer|Connection closed by remote peer|Connection reset by peer"
                  r"|remote process exited", rest):
         return Found("nccl_error", {"error_name": "ncclRemoteError", "error_code": 6, "detail": rest[:1024]})
@@ -117,18 +127,38 @@ def _pg_rank(text: str) -> int | None:
     return int(match.group(1)) if match else _first_rank(text)
 
 
+def _with_watchdog(found: Found, text: str) -> Found:
+    """The summary lines ("Timeout at NCCL work", "Some NCCL operations have failed") with the watchdog line that
+    follows them a few lines on: one incident, with the collective the watchdog names."""
+    caught = text.find("Watchdog caught collective operation timeout")
+    if caught < 0:
+        return found
+    watchdog = _watchdog(text[caught:])
+    return Found("nccl_timeout", {**watchdog.attrs, **found.attrs}, rank=found.rank)
+
+
 def _pg_failed(text: str) -> Found:
     """"Some NCCL operations have failed or timed out" (every PyTorch since 1.8, with or without `[Rank N]`);
-    no collective is named, so op and seq are unknown (a copy of a watchdog line that names them)."""
-    return Found("nccl_timeout", _clean({"pg": _pg(text)}), rank=_pg_rank(text))
+    no collective is named, so op and seq are unknown unless the watchdog's line follows."""
+    return _with_watchdog(Found("nccl_timeout", _clean({"pg": _pg(text)}), rank=_pg_rank(text)), text)
 
 
 def _pg_work(text: str) -> Found:
     """"Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL work: K" (2.2-2.4) and
     "failure detected by watchdog at work sequence id: N PG status: last enqueued work: M, last completed work:
-    K" (2.5+)."""
-    return Found("nccl_timeout", _clean({
+    K" (2.5+), with the watchdog's line when it follows."""
+    return _with_watchdog(Found("nccl_timeout", _clean({
         "seq": _int(r"(?:NCCL\s*work|sequence\s*id|watchdog\s*at\s*work):\s*(\d+)", text),
+        "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
+        "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
+        "pg": _pg(text)}), rank=_pg_rank(text)), text)
+
+
+def _pg_dump_signal(text: str) -> Found:
+    """"Received a dump signal due to a collective timeout from this local rank (or: from rank N) and we will try our
+    best to dump the debug info. Last enqueued NCCL work: M, last completed NCCL work: K." A timeout seen by
+    ProcessGroupNCCL's heartbeat monitor; the collective is not named."""
+    return Found("nccl_timeout", _clean({
         "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
         "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
         "pg": _pg(text)}), rank=_pg_rank(text))
@@ -216,13 +246,23 @@ def _nccl_tests_failure(text: str) -> Found | None:
                                        "detail": match.group(2)[:1024]}))
 
 
+# (a line that goes on past "taking the entire process down." holds another incident: a pasted log)
+_PG_FOLLOWS = _c(r"Some NCCL operations have failed or timed out|To avoid data inconsistency, we are taking the entire"
+                 r" process down\.?\s*$|Watchdog caught collective operation timeout")
+
 NCCL_FAMILIES: tuple[Family, ...] = (
     Family("nccl_tests_failure", _c(r"Test (?:NCCL|CUDA) failure \S+ (?=')"), _nccl_tests_failure),
     Family("nccl_error_number", _c(r"NCCL Error \d+: "), _nccl_error_number),
-    Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed),
+    # the summary lines wait a few lines for the watchdog's, which names the collective (PyTorch 2.2+ prints
+    # "Timeout at NCCL work", "Some NCCL operations ...", "To avoid data inconsistency ..." and then it)
+    Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed,
+           complete=_c(r"before\s*timing\s*out"), max_lines=4, accept=_PG_FOLLOWS),
     Family("pg_work", _c(r"Timeout at NCCL work: \d|failure detected by watchdog at work sequence id"
                          r"|detected by watchdog at work: \d"), _pg_work,
-           complete=_c(r"last\s*completed\s*(?:NCCL\s*)?work:\s*-?\d"), max_lines=3),
+           complete=_c(r"before\s*timing\s*out"), max_lines=5, accept=_PG_FOLLOWS),
+    # PyTorch 2.4+ (flight recorder): a rank told to dump its debug info because a collective timed out
+    Family("pg_dump_signal", _c(r"Received a dump signal due to a collective timeout"), _pg_dump_signal,
+           complete=_c(r"last\s*completed\s*(?:NCCL\s*)?work:\s*-?\d"), max_lines=2),
     Family("store_timeout", _c(r"client socket has timed out after \d+ms|DistStoreError: (?:Timed out after \d+ "
                                r"seconds|wait timeout after \d+ms)|Socket Timeout"), _store_timeout),
     Family("nccl_op_failed", _c(r"NCCL operation \w+\(.*\) failed:"), _nccl_op_failed),
@@ -233,9 +273,9 @@ def _warn(text: str) -> Found | None:
     """`NCCL WARN <message>`; the `[N]` before it (NCCL's cudaDev) is the GPU when no prefix gave one."""
     head, _, rest = text.partition("NCCL WARN")
     rest = rest.strip()
-    gpu = _int(r"\[(\d+)\]\s*(?:[\w./-]+:\d+\s*)?$", head)
-    if "Cuda failure" in rest:
-        found = _cuda(rest)
+    gpu = _int(r"\[(\d+)\]\s*(?:[\w./-]+:\d+\s*)?(?:\(\w+\)\s*)?$", head)  # 2.2x: "nvls.cc:379 (nvlsAllocateMem)"
+    if "Cuda failure" in rest or _CHECKED.search(rest):
+        found = _nccl_warn(rest)
         return Found(found.kind, found.attrs, gpu=gpu) if found else None
     result = nccl_warn_result(rest)
     if result is None:

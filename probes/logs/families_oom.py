@@ -101,7 +101,10 @@ OOM_FAMILIES: tuple[Family, ...] = (
            max_lines=8, accept=_c(r"^\s*Tried\s*to\s*allocate")),
     Family("tf_oom", _c(r"OOM when allocating tensor"), _tf_oom),
     Family("xla_oom", _c(r"RESOURCE_EXHAUSTED:.{0,80}(?:[Oo]ut of memory|allocat)|Out of memory while trying to"
-                         r"|ran out of memory trying to allocate"), _xla_oom),
+                         r"|ran out of memory trying to allocate"), _xla_oom,
+           # the BFC allocator's "... trying to allocate 2.59GiB. The\n caller indicates that this is not a failure"
+           # hard-wrapped: a line that ends inside that sentence waits for the rest
+           complete=_c(r"not\s*a\s*failure|(?<!The)(?<!The )(?<!The caller)\Z"), max_lines=3),
     Family("vllm_kv_cache", _c(r"No available memory for the cache blocks|KV cache is needed"), _vllm_kv,
            complete=_c(r"engine|max_model_len"), max_lines=4),
     Family("kv_alloc_insufficient", _c(r"Insufficient GPU memory for KVCache allocation"), _kv_alloc,

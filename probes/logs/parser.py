@@ -242,6 +242,8 @@ class LogParser:
     @staticmethod
     def _continues(pending: _Pending, line: Line) -> bool:
         family, text = pending.family, line.text
+        if None not in (line.rank, pending.lines[0].rank) and line.rank != pending.lines[0].rank:
+            return False  # another rank's line is another rank's incident
         if family.strict:
             first = pending.lines[0]
             return (line.origin, line.log_host) == (first.origin, first.log_host) and bool(

@@ -108,6 +108,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True
     if _QUOTED_HEAD.search(head) and _WORD.search(head):
         return True  # `the message` quoted inside a sentence
+    if head.lstrip().startswith(("“", "‘", "«")):
+        return True  # typographic quotes open a quotation; no log line starts with one
     if _open_quote(head) and len(_WORD.findall(head)) >= 2:
         return True  # inside a quotation that a sentence opened
     if not structured and len(_WORD.findall(head)) >= PLAIN_WORDS:

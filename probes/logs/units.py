@@ -81,6 +81,16 @@ CUDA_ERRORS: dict[str, tuple[str, int]] = {
     "all CUDA-capable devices are busy or unavailable": ("cudaErrorDevicesUnavailable", 46),
     "forward compatibility was attempted on non supported HW": ("cudaErrorCompatNotSupportedOnDevice", 804),
     "the provided PTX was compiled with an unsupported toolchain.": ("cudaErrorUnsupportedPtxVersion", 222),
+    "the operation cannot be performed in the present state": ("cudaErrorIllegalState", 401),
+    "device kernel image is invalid": ("cudaErrorInvalidKernelImage", 200),
+    "invalid device context": ("cudaErrorDeviceUninitialized", 201),
+    "a PTX JIT compilation failed": ("cudaErrorInvalidPtx", 218),
+    "PTX JIT compiler library not found": ("cudaErrorJitCompilerNotFound", 221),
+    "context is destroyed": ("cudaErrorContextIsDestroyed", 709),
+    "invalid program counter": ("cudaErrorInvalidPc", 718),
+    "too many blocks in cooperative launch": ("cudaErrorCooperativeLaunchTooLarge", 720),
+    "system has unsupported display driver / cuda driver combination": ("cudaErrorSystemDriverMismatch", 803),
+    "CUDA driver is a stub library": ("cudaErrorStubLibrary", 34),
     "unknown error": ("cudaErrorUnknown", 999),
 }
 _CUDA_ERRORS_LOWER = {text.lower(): value for text, value in CUDA_ERRORS.items()}
@@ -158,6 +168,19 @@ def find_status(text: str) -> tuple[str, int] | None:
     if hits:  # the earliest phrase; the longest at one position ("operation not permitted when ..." over its head)
         at, phrase = min(hits, key=lambda hit: (hit[0], -len(hit[1])))
         return _CUDA_ERRORS_LOWER[phrase]
+    return _cut_status(lowered.rstrip())
+
+
+_CUT = 20  # the shortest head of a cudaGetErrorString text that a cut line may end with
+
+
+def _cut_status(lowered: str) -> tuple[str, int] | None:
+    """A text cut off at the end of the line (an issue title, a console's width): "... failed with error an illegal
+    memory access was encounte" ends with the first 37 characters of "an illegal memory access was encountered"."""
+    for phrase, value in _CUDA_ERRORS_LOWER.items():
+        for size in range(len(phrase) - 1, _CUT - 1, -1):
+            if lowered.endswith(phrase[:size]):
+                return value
     return None
 
 

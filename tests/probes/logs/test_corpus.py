@@ -41,7 +41,8 @@ def test_the_third_and_fourth_held_out_splits_name_sources_no_earlier_split_has(
 def test_the_session_6_splits_name_sources_no_other_split_has():
     """heldout12 (measured once before any change of its session), tune-h15d (measured once before tuning on it)
     and heldout13 (measured once after the tuning, untuned) draw from reports no other split uses."""
-    for split in ("heldout12", "tune-h15d", "heldout13", "tune-h15d-2", "heldout14"):
+    for split in ("heldout12", "tune-h15d", "heldout13", "tune-h15d-2", "heldout14", "tune-h15e", "heldout15",
+                  "heldout16", "heldout17"):
         others = {c.source for s in REPORTED if s != split for c in load(s)}
         assert not {c.source for c in load(split)} & others, split
 
