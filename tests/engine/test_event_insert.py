@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
+from threading import Barrier
 from typing import Any
 
 import pytest
+from postgres_support import scratch_database
 from sqlalchemy import text
 from sqlalchemy.dialects import sqlite
 
@@ -149,3 +152,29 @@ def test_sqlites_driver_sql_finds_the_ids_sqlalchemys_statement_finds(tmp_path) 
             assert found == stored_ids(session, asked) and len(found) == 600
     finally:
         database.dispose()
+
+
+def test_two_writers_inserting_overlapping_ids_in_opposite_orders_do_not_deadlock() -> None:
+    """PostgreSQL: each transaction inserts 4,000 ids, one batch in ascending and one in descending order, both
+    started together and held open after the insert. Before the inserts went in id order this deadlocked (one
+    transaction refused with `deadlock detected`); now one waits for the other, both commit, and each id is
+    inserted by exactly one of them."""
+    ids = [f"ov-{i:05d}" for i in range(4000)]
+    with scratch_database("insert_order") as database:
+        start = Barrier(2)
+
+        def write(order: list[str]) -> set[str]:
+            events = [_event(event_id) for event_id in order]
+            with database.session() as session:
+                session.execute(text("SELECT 1"))  # connected before the race starts
+                start.wait(timeout=30)
+                statuses = store_events(session, events)
+                session.execute(text("SELECT pg_sleep(0.2)"))  # the other writer meets our uncommitted rows
+            return {event_id for event_id, status in zip(order, statuses, strict=True) if status == "accepted"}
+
+        with ThreadPoolExecutor(2) as pool:
+            ascending = pool.submit(write, ids)
+            descending = pool.submit(write, ids[::-1])
+            first, second = ascending.result(timeout=60), descending.result(timeout=60)
+        assert first | second == set(ids) and not first & second
+        assert len(_raw_rows(database)) == len(ids)
