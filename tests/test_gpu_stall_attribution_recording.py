@@ -17,12 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from attribution_recordings import reattribute, recorded_events, recorded_signals, stored_attribution
 
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.probes.attribution import attribute
-from gpuslo.probes.attribution.signals import GpuSample, Interval
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "examples" / "incidents"
 ROOT = INCIDENTS.parents[1]
@@ -38,15 +37,12 @@ MATRIX = {("cpu", "scheduler"): 25, ("network", "network"): 10, ("gpu", "gpu"): 
 
 @pytest.fixture(scope="module")
 def stalls() -> list[Event]:
-    lines = (INCIDENTS / "h200-stall-attribution.jsonl").read_text().splitlines()
-    return sorted((parse_event(json.loads(line)) for line in lines if line.strip()), key=lambda e: (e.time, e.id))
+    return recorded_events(INCIDENTS / "h200-stall-attribution.jsonl")
 
 
 @pytest.fixture(scope="module")
 def signals() -> dict[str, dict]:
-    path = INCIDENTS.parent / "signals" / "h200-stall-signals.jsonl"
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line)
-    return {row["stall_id"]: row for row in rows}
+    return recorded_signals(INCIDENTS.parent / "signals" / "h200-stall-signals.jsonl")
 
 
 def big(stalls: list[Event]) -> list[Event]:
@@ -67,10 +63,8 @@ def test_every_attribution_is_recomputed_from_its_signals(stalls, signals):
     assert len(attributed) == len(signals) == 90
     for stall in attributed:
         row = signals[stall.id]
-        found = attribute(*row["window"], [Interval(**i) for i in row["intervals"]],
-                          [GpuSample(**{**s, "processes": tuple(map(tuple, s["processes"]))}) for s in row["samples"]],
-                          own_pids=row["own_pids"], clock_error_ns=row["clock_error_ns"])
-        stored = {k: v for k, v in stall.attrs.items() if k.startswith("attribution.")}
+        found = reattribute(row)
+        stored = stored_attribution(stall)
         recomputed = found.attrs()
         if "attribution.sm_active_max" not in stored:  # recorded before the peak was kept
             recomputed.pop("attribution.sm_active_max", None)

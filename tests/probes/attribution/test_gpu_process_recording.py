@@ -11,17 +11,15 @@ and replays the stalls through the shipped rules.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from attribution_recordings import reattribute, recorded_events, recorded_signals, stored_attribution
 
-from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.events import Event
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import RuleEvaluator
-from gpuslo.probes.attribution import attribute
-from gpuslo.probes.attribution.signals import GpuSample, Interval
 
 ROOT = Path(__file__).resolve().parents[3]
 INCIDENTS = ROOT / "examples" / "incidents"
@@ -37,8 +35,7 @@ MATRIX = {("sm", "compute"): 3, ("sm", "gpu"): 1, ("copy", "compute"): 5, ("copy
 
 
 def _events() -> list[Event]:
-    lines = RECORDING.read_text().splitlines()
-    return sorted((parse_event(json.loads(line)) for line in lines if line.strip()), key=lambda e: (e.time, e.id))
+    return recorded_events(RECORDING)
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +45,15 @@ def stalls() -> list[Event]:
 
 @pytest.fixture(scope="module")
 def signals() -> dict[str, dict]:
-    rows = (json.loads(line) for line in SIGNALS.read_text().splitlines() if line)
-    return {row["stall_id"]: row for row in rows}
+    return recorded_signals(SIGNALS)
 
 
 def test_every_attribution_is_recomputed_from_its_signals(stalls, signals):
     assert stalls and len(stalls) == len(signals)
     for stall in stalls:
         row = signals[stall.id]
-        found = attribute(*row["window"], [Interval(**i) for i in row["intervals"]],
-                          [GpuSample(**{**s, "processes": tuple(map(tuple, s["processes"]))}) for s in row["samples"]],
-                          own_pids=row["own_pids"], clock_error_ns=row["clock_error_ns"])
-        stored = {k: v for k, v in stall.attrs.items() if k.startswith("attribution.")}
+        found = reattribute(row)
+        stored = stored_attribution(stall)
         assert found.attrs() == stored, stall.id
 
 
