@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from bpf_support import requires_bpf
 
@@ -38,14 +39,29 @@ print(a, b, flush=True)
 """
 
 
-@requires_bpf
-def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fake_build):
+@dataclass(frozen=True)
+class SpinRun:
+    """What the probe saw of a watched child that spun 400 ms inside a library: the intervals, the child's pid,
+    the spin's own [a, b], the run's bounds and the collector (closed; its samples stay with it)."""
+
+    found: list
+    pid: int
+    a: int
+    b: int
+    started: int
+    ended: int
+    collector: Collector
+
+
+def _spin_in_library(tmp_path, fake_build, source_text: str, child_code: str, lib_name: str) -> SpinRun:
+    """Build `lib_name` from `source_text`, run `child_code` watched by the collector (as the agent does: the ring
+    buffer read every 0.1 s while the process and its maps are there) and return what it recorded."""
     source = tmp_path / "spin.c"
-    source.write_text(SPIN_C)
-    lib = tmp_path / "libcuda.so.1"
+    source.write_text(source_text)
+    lib = tmp_path / lib_name
     subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(lib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen([sys.executable, "-c", child_code, str(lib)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline() == "ready\n"
     collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
     collector.start()
@@ -54,7 +70,6 @@ def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fak
         assert collector.sampling
         found: list = []
         done = threading.Event()
-        # as the agent does: the ring buffer is read every 0.1 s, while the process (and its maps) is there
         poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
         started = time.monotonic_ns()
         poller.start()
@@ -71,7 +86,14 @@ def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fak
         child.stdout.close()
     finally:
         collector.close()
-    spans = [i for i in found if i.kind == "cuda_cpu" and i.pid == child.pid]
+    return SpinRun(found, child.pid, a, b, started, ended, collector)
+
+
+@requires_bpf
+def test_on_cpu_time_inside_the_cuda_library_is_the_gpus_when_busy(tmp_path, fake_build):
+    run = _spin_in_library(tmp_path, fake_build, SPIN_C, CHILD, "libcuda.so.1")
+    found, a, b, started, ended, collector = run.found, run.a, run.b, run.started, run.ended, run.collector
+    spans = [i for i in found if i.kind == "cuda_cpu" and i.pid == run.pid]
     inside = sum(min(i.end_ns, b) - max(i.start_ns, a) for i in spans if i.end_ns > a and i.start_ns < b) / 1e6
     # 400 ms spun inside the library; on this shared machine (load 10 on 2 CPUs) most of it the thread can wait
     # for a CPU (runnable, no sample): at least one 5 ms sample period
@@ -100,41 +122,13 @@ JIT_CHILD = CHILD.replace("lib.cuLaunchKernel_spin", "lib.nvrtcCompileProgram_sp
 def test_on_cpu_time_in_a_run_time_kernel_compiler_is_the_drivers_not_compute(tmp_path, fake_build):
     """As the H200 engine thread that built a cuDNN attention plan with NVRTC at every token (h14d): 400 ms on a
     CPU inside a library named libnvrtc.so.13 is driver time, busy GPU or not; before h14d it was compute."""
-    source = tmp_path / "jit.c"
-    source.write_text(JIT_C)
-    lib = tmp_path / "libnvrtc.so.13"
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
-    child = subprocess.Popen([sys.executable, "-c", JIT_CHILD, str(lib)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "ready\n"
-    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
-    collector.start()
-    try:
-        collector.watch(child.pid)
-        assert collector.sampling
-        found: list = []
-        done = threading.Event()
-        poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
-        started = time.monotonic_ns()
-        poller.start()
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        a, b = map(int, child.stdout.readline().split())
-        ended = time.monotonic_ns()
-        time.sleep(0.2)
-        done.set()
-        poller.join(5)
-        found += collector.open_oncpu()
-        child.wait(10)
-        child.stdin.close()
-        child.stdout.close()
-    finally:
-        collector.close()
-    spans = [i for i in found if i.kind == "cuda_jit" and i.pid == child.pid]
+    run = _spin_in_library(tmp_path, fake_build, JIT_C, JIT_CHILD, "libnvrtc.so.13")
+    found, a, b, started, ended, collector = run.found, run.a, run.b, run.started, run.ended, run.collector
+    spans = [i for i in found if i.kind == "cuda_jit" and i.pid == run.pid]
     inside = sum(min(i.end_ns, b) - max(i.start_ns, a) for i in spans if i.end_ns > a and i.start_ns < b) / 1e6
     assert inside >= 5, [(i.duration_ms, i.detail) for i in spans]
     assert all("libnvrtc.so.13" in i.detail for i in spans)
-    assert not [i for i in found if i.kind == "cuda_cpu" and i.pid == child.pid]
+    assert not [i for i in found if i.kind == "cuda_cpu" and i.pid == run.pid]
     busy = [GpuSample(t, 0, 99.0, 0.99) for t in range(started, ended, 50_000_000)]
     result = attribute(a - 50_000_000, b + 50_000_000, found, busy, server_observed=False)
     report = (dict(result.shares_ms), dict(result.evidence))
