@@ -7,7 +7,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
  ZERO_WINDOW) = range(1, 13)
 SEND_STALL_TRACEPOINTS = (("sock", "sock_send_length"), ("tcp", "tcp_probe"), ("sock", "inet_sock_set_state"))
 SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
+NVIDIA_DEVICES = "/dev/nvidia"  # nvidiactl, nvidia0..N, nvidia-uvm, nvidia-modeset: the driver's ioctls
 
 
 class Record(ctypes.Structure):
@@ -35,18 +36,38 @@ class Record(ctypes.Structure):
                 ("other_comm", ctypes.c_char * 16), ("frames", ctypes.c_uint64 * 3)]
 
 
-def to_interval(r: Record) -> Interval | None:
-    """The Interval a record stands for; None for a wait the thread chose (futex, poll, sleep, idle read)."""
+def fd_path(pid: int, fd: int) -> str | None:
+    """What a process's file descriptor names (`/dev/nvidiactl`), or None once it is closed or the process gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _ioctl(fd: int, path: str | None, base: dict[str, Any]) -> Interval:
+    """A long ioctl: the driver's on an NVIDIA device file; the kernel's on any other file; the driver's, as
+    before fds were read, when the fd was closed before the record was read (the CUDA driver keeps its open)."""
+    if path is None:
+        return Interval("ioctl", detail=f"ioctl (fd {fd})", **base)
+    return Interval("ioctl" if path.startswith(NVIDIA_DEVICES) else "syscall", detail=f"ioctl on {path}", **base)
+
+
+def to_interval(r: Record, paths: Callable[[int, int], str | None] = fd_path) -> Interval | None:
+    """The Interval a record stands for; None for a wait the thread chose (futex, poll, sleep, idle read).
+    `paths`: what (pid, fd) names, for the device of an ioctl."""
     base = {"start_ns": r.start_ns, "end_ns": r.end_ns, "pid": r.pid, "tid": r.tid, "cpu": r.cpu}
     if r.kind == RUNNABLE:
         return Interval("runnable", other_pid=r.other_pid, other_comm=r.other_comm.decode(errors="replace"),
                         **base)
     if r.kind == SYSCALL:
-        if r.arg in WAIT_SYSCALLS:
+        number = r.arg & 0xFFFFFFFF  # an ioctl's fd is in the upper half (signals.bpf.c)
+        if number in WAIT_SYSCALLS:
             return None
-        name = SYSCALL_NAMES.get(r.arg, f"syscall {r.arg}")
-        kind = "ioctl" if r.arg == IOCTL else "send_blocked" if r.arg in SOCKET_SENDS else "syscall"
-        return Interval(kind, detail=name, **base)
+        if number == IOCTL:
+            fd = r.arg >> 32
+            return _ioctl(fd, paths(r.pid, fd), base)
+        kind = "send_blocked" if number in SOCKET_SENDS else "syscall"
+        return Interval(kind, detail=SYSCALL_NAMES.get(number, f"syscall {number}"), **base)
     if r.kind == CUDA:
         return _cuda(r.arg & 0xFFFFFFFF, r.arg >> 32, base)
     if r.kind == SEND_GAP:

@@ -264,6 +264,8 @@ TRACEPOINT_PROBE(raw_syscalls, sys_enter)
         last_send.update(&tid, &now);
     }
     struct at_start s = {.ts = now, .arg = nr};
+    if (nr == 16) /* ioctl: its fd rides in the upper half, so user space can name the device (/dev/nvidia*) */
+        s.arg |= (u64)(u32)args->args[0] << 32;
     sys_start.update(&tid, &s);
     return 0;
 }
