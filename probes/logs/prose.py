@@ -114,9 +114,15 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # inside a quotation that a sentence opened
     if not structured and len(_WORD.findall(head)) >= PLAIN_WORDS:
         return True
+    if (not structured and head.rstrip().endswith("(") and _GLOSS_END.match(tail)
+            and len(_WORD.findall(tail)) >= LONG_SENTENCE):
+        return True  # a gloss in a sentence that goes on: "Addresses XID 79 (GPU has fallen off the bus) scenarios by
+        # changing ..." (a tool's "XID 79(GPU has fallen off the bus) detected on PCI:..." is a log line)
     return not structured and bool(_PROSE_TAIL.match(tail))
 
 
+# the close of a parenthesis followed by a sentence's next plain word
+_GLOSS_END = re.compile(r"^[^()]*\)\s+[a-z][a-z']+\b")
 _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
 
 
@@ -154,7 +160,7 @@ def _open_quote(head: str) -> bool:
 # or has a bracketed logger/location, a source location, an upper-case level, a throw or a JSON record (a
 # sentence's "Error messages like ..." is not an exception head)
 _LOG_HEAD = re.compile(
-    r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|\W*$)|what\(\):|terminate called|\[[^\]]*\]"
+    r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|[^\w`]*$)|what\(\):|terminate called|\[[^\]]*\]"
     r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"
     r"|[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
 

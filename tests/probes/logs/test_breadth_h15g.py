@@ -14,3 +14,19 @@ def test_a_status_number_beside_the_oom_wording_names_the_status_and_its_hint_li
         ("cuda_oom", "cudaErrorMemoryAllocation", 2)]
     # a quantity beside the wording is not a status number
     assert "error_code" not in one("Error: out of GPU memory (2 GiB requested)").attrs
+
+
+def test_an_error_glossed_in_parentheses_inside_a_long_sentence_is_prose():
+    """heldout18's first-run false positive (a pull request's description); a tool's own line still reads."""
+    assert events("Fixes XID 79 (GPU has fallen off the bus) cases by raising the severity of the count check so "
+                  "that the node is replaced when the device goes missing.") == []
+    assert one("XID 79(GPU has fallen off the bus) detected on PCI:0000:3b:00").attrs["xid"] == 79
+
+
+def test_a_generic_wording_that_opens_a_code_span_has_no_log_structure():
+    """heldout18's backticked look-alike, read by the generic families alone: a backtick is a quotation's mark."""
+    from generalization import generic_only
+    with generic_only():
+        assert events("`failed to allocate 106.88M (112066560 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`") == []
+        assert one("failed to allocate 106.88M (112066560 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY").kind == \
+            "cuda_oom"
