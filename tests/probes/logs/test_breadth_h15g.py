@@ -30,3 +30,16 @@ def test_a_generic_wording_that_opens_a_code_span_has_no_log_structure():
         assert events("`failed to allocate 106.88M (112066560 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`") == []
         assert one("failed to allocate 106.88M (112066560 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY").kind == \
             "cuda_oom"
+
+
+TF_ALLOC = ("2018-03-14 11:33:52.{}: E tensorflow/stream_executor/cuda/cuda_driver.cc:924] failed to allocate {} "
+            "({} bytes) from device: CUDA_ERROR_OUT_OF_MEMORY")
+
+
+def test_tensorflows_allocator_retrying_at_nine_tenths_of_the_size_is_one_incident():
+    """heldout18's TF extra event: each retry asks for 0.9 of the size before it."""
+    sizes = [1015196672, 913677056, 822309376, 740078464]
+    found = events("\n".join(TF_ALLOC.format(i, f"{n / 2**20:.2f}M", n) for i, n in enumerate(sizes)))
+    assert [(e.kind, e.attrs["requested_bytes"]) for e in found] == [("cuda_oom", sizes[0])]
+    # a second, unrelated request of another size is another incident
+    assert len(events("\n".join(TF_ALLOC.format(i, "x", n) for i, n in enumerate([1015196672, 2030393344])))) == 2
