@@ -34,7 +34,7 @@ _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers a
 _PROSE_TAIL = re.compile(
     r"^[`'\"”’)]*\s*(?:=\s*\d|means\b|is\s+(?:raised|returned|thrown|reported|an?|the|when|what|not)\b"
     r"|are\b|indicates?\b|occurs?\b|happens?\b|can\b|could\b|may\b|might\b|will\b|should\b|when\b|if\b"
-    r"|or\b|and\b|errors?\b|—|-\s|:\s+(?:This|The|It|An?)\b)")
+    r"|or\b|and\b|errors?\b(?!\s+on\s+(?:GPU|device)\s*\d)|—|-\s|:\s+(?:This|The|It|An?)\b)")
 _CODE_HEAD = re.compile(r"(?:\bcase|\breturn|#define|\benum|==|!=|\bif\s*\(|\bexcept|\bcatch)\s*[(\"'`]*$")
 _QUOTED_HEAD = re.compile(r"[`'\"“‘]\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]\s|\|\s|\d+\.\s+\S)")

@@ -43,3 +43,12 @@ def test_tensorflows_allocator_retrying_at_nine_tenths_of_the_size_is_one_incide
     assert [(e.kind, e.attrs["requested_bytes"]) for e in found] == [("cuda_oom", sizes[0])]
     # a second, unrelated request of another size is another incident
     assert len(events("\n".join(TF_ALLOC.format(i, "x", n) for i, n in enumerate([1015196672, 2030393344])))) == 2
+
+
+def test_paddles_out_of_memory_error_on_gpu_n_is_an_oom_on_that_gpu_not_a_prose_tail():
+    """heldout18's Paddle miss: the message on its own line after "RuntimeError: ResourceExhaustedError:"."""
+    event = one("RuntimeError: ResourceExhaustedError:\n\nOut of memory error on GPU 1. Cannot allocate 96.000244MB "
+                "memory on GPU 1, 6.000000GB memory has been allocated and available memory is only 0.000000B.")
+    assert (event.kind, event.gpu) == ("cuda_oom", 1)
+    # a sentence about such an error is still prose
+    assert events("Why does the out of memory error happen on GPU 0 when the batch size is only one?") == []
