@@ -51,6 +51,8 @@ _DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.I
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
 _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"
                                     r"appears|shows)\b")
+# googletest: 'C++ exception with description "<what()>" thrown in the test body.'
+_GTEST_THROWN = re.compile(r"\bC\+\+ exception with description \"[^\"]*$")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -91,6 +93,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _GTEST_THROWN.search(head):
+        return False  # googletest's report of a throw quotes the exception's what(): a log line
     if _DEFINITION_HEAD.match(head):
         return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
     if _CJK.search(head):

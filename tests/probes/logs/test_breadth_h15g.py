@@ -52,3 +52,14 @@ def test_paddles_out_of_memory_error_on_gpu_n_is_an_oom_on_that_gpu_not_a_prose_
     assert (event.kind, event.gpu) == ("cuda_oom", 1)
     # a sentence about such an error is still prose
     assert events("Why does the out of memory error happen on GPU 0 when the batch size is only one?") == []
+
+
+def test_googletests_report_of_a_throw_is_a_log_line_not_a_quotation():
+    """heldout11's Kokkos miss: gtest quotes the exception's what() after "C++ exception with description"."""
+    event = one('03:39:49 C++ exception with description "cudaGetLastError() error( cudaErrorLaunchOutOfResources): '
+                'too many resources requested for launch /src/core/src/Cuda/Kokkos_CudaExec.hpp:401" thrown'
+                ' in the test body.')
+    assert (event.kind, event.attrs["error_name"]) == ("cuda_error", "cudaErrorLaunchOutOfResources")
+    # a sentence that quotes the same error is still prose
+    assert events('The docs say "cudaGetLastError() error( cudaErrorLaunchOutOfResources)" means too many registers.') \
+        == []
