@@ -126,6 +126,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                               "diverged with loss"),
     "loss_scale_floor": ("Error: Minimum loss scale", "Current loss scale"),
     "anomaly_nonfinite": ("' returned ",),
+    "step_scores_nonfinite": (", step ",),
     "loss_metric_nonfinite": ("loss", "Loss", "grad_norm", "grad norm"),
     "nccl_call_result": (" failed: unhandled", " failed: internal error", " failed: invalid",
                          " failed: remote process"),

@@ -63,3 +63,12 @@ def test_googletests_report_of_a_throw_is_a_log_line_not_a_quotation():
     # a sentence that quotes the same error is still prose
     assert events('The docs say "cudaGetLastError() error( cudaErrorLaunchOutOfResources)" means too many registers.') \
         == []
+
+
+def test_returnns_step_line_with_a_score_printed_as_nan_is_nonfinite():
+    """heldout-nan's RETURNN miss: each score named, then its value, comma-separated."""
+    event = one("ep 3 train, step 41, ce 0.412, ctc_4 nan, ctc_8 nan, fer 0.093")
+    assert (event.kind, event.attrs["value"], event.attrs["step"], event.attrs["metric"]) == (
+        "loss_nonfinite", "nan", 41, "ctc_4")
+    assert events("ep 3 train, step 41, ce 0.412, ctc_4 1.732, fer 0.093") == []
+    assert events("ep 3 train, step 41, ce 0.412, fer 0.093, nan_count 0") == []
