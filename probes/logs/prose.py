@@ -51,8 +51,9 @@ _DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.I
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
 _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"
                                     r"appears|shows)\b")
-# googletest: 'C++ exception with description "<what()>" thrown in the test body.'
-_GTEST_THROWN = re.compile(r"\bC\+\+ exception with description \"[^\"]*$")
+# googletest: 'C++ exception with description "<what()>" thrown in the test body.'; Rust: "thread 'main' panicked
+# at '<message>', src/main.rs:216:18" (before Rust 1.73; later ones print the location first)
+_THROW_REPORT = re.compile(r"\bC\+\+ exception with description \"[^\"]*$|^\s*thread '[^']*' panicked at '")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -93,8 +94,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
-    if _GTEST_THROWN.search(head):
-        return False  # googletest's report of a throw quotes the exception's what(): a log line
+    if _THROW_REPORT.search(head):
+        return False  # googletest's report of a throw, Rust's panic: they quote the error's text, in a log line
     if _DEFINITION_HEAD.match(head):
         return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
     if _CJK.search(head):
@@ -166,7 +167,8 @@ def _open_quote(head: str) -> bool:
 _LOG_HEAD = re.compile(
     r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|[^\w`]*$)|what\(\):|terminate called|\[[^\]]*\]"
     r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"
-    r"|[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
+    r"|[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\""
+    r"|^\s*thread '[^']*' panicked at '")  # a Rust panic (before 1.73) quotes its message
 
 
 def has_log_structure(line: Line, start: int) -> bool:

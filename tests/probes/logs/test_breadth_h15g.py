@@ -72,3 +72,11 @@ def test_returnns_step_line_with_a_score_printed_as_nan_is_nonfinite():
         "loss_nonfinite", "nan", 41, "ctc_4")
     assert events("ep 3 train, step 41, ce 0.412, ctc_4 1.732, fer 0.093") == []
     assert events("ep 3 train, step 41, ce 0.412, fer 0.093, nan_count 0") == []
+
+
+def test_a_rust_panic_quoting_an_oom_is_a_log_line():
+    """heldout13's TGI miss: "thread 'main' panicked at '<message>', <file.rs>:N:N" quotes the error."""
+    event = one("thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on device 1 would exceed "
+                "allowed memory. (out of memory)\\nFree (according to CUDA): 11.12 MiB\")', router/src/main.rs:216:18")
+    assert (event.kind, event.gpu) == ("cuda_oom", 1)
+    assert events("The thread panicked at startup because the model ran out of memory on the CUDA device.") == []
