@@ -54,6 +54,9 @@ _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|we
 # googletest: 'C++ exception with description "<what()>" thrown in the test body.'; Rust: "thread 'main' panicked
 # at '<message>', src/main.rs:216:18" (before Rust 1.73; later ones print the location first)
 _THROW_REPORT = re.compile(r"\bC\+\+ exception with description \"[^\"]*$|^\s*thread '[^']*' panicked at '")
+# a Chinese or Japanese lead that ends in a colon, then the pasted exception ("老是报这个问题：RuntimeError: ...")
+_CJK_LEAD_THEN_PASTE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff][：:]\s*[\w.]*(?:Error|Exception)\b:"
+                                  r"[^\u3040-\u30ff\u4e00-\u9fff]*$")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -98,7 +101,7 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return False  # googletest's report of a throw, Rust's panic: they quote the error's text, in a log line
     if _DEFINITION_HEAD.match(head):
         return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
-    if _CJK.search(head):
+    if _CJK.search(head) and not _CJK_LEAD_THEN_PASTE.search(head):
         return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
         return True  # a list of error names

@@ -80,3 +80,10 @@ def test_a_rust_panic_quoting_an_oom_is_a_log_line():
                 "allowed memory. (out of memory)\\nFree (according to CUDA): 11.12 MiB\")', router/src/main.rs:216:18")
     assert (event.kind, event.gpu) == ("cuda_oom", 1)
     assert events("The thread panicked at startup because the model ran out of memory on the CUDA device.") == []
+
+
+def test_a_chinese_lead_ending_in_a_colon_then_the_pasted_exception_is_the_error():
+    """heldout18's TranSummar miss; a Chinese sentence that names the error is still prose."""
+    assert one("老是报这个问题：RuntimeError: CUDA error: out of memory").kind == "cuda_oom"
+    assert events("运行时报错 RuntimeError: CUDA error: out of memory 怎么解决") == []
+    assert events("为什么会出现 CUDA error: out of memory 这个问题？") == []
