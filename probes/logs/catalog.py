@@ -104,6 +104,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                     "Error: Decode out of memory", "_slots runs out of memory"),
     "alloc_failed": ("cudaMalloc failed", "failed to allocate CUDA", "Requested amount of GPU memory",
                      "Failed to allocate CUDA memory", "BFCArena::AllocateRawInternal", "OutOfMemory (Requested size"),
+    "report_field_oom": ("Exception Type:** torch.",),
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
     "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),

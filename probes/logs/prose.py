@@ -57,6 +57,8 @@ _THROW_REPORT = re.compile(r"\bC\+\+ exception with description \"[^\"]*$|^\s*th
 # a Chinese or Japanese lead that ends in a colon, then the pasted exception ("老是报这个问题：RuntimeError: ...")
 _CJK_LEAD_THEN_PASTE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff][：:]\s*[\w.]*(?:Error|Exception)\b:"
                                   r"[^\u3040-\u30ff\u4e00-\u9fff]*$")
+# a markdown error report's field: "- **Exception Type:** <name>" (ComfyUI's "Error Report")
+_REPORT_FIELD = re.compile(r"^\s*[-*]\s+\*\*(?:Exception|Error) (?:Type|Message):\*\*\s*$")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -97,6 +99,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _REPORT_FIELD.match(head):
+        return False  # a generated error report's field ("- **Exception Type:** torch.OutOfMemoryError"), not a list
     if _THROW_REPORT.search(head):
         return False  # googletest's report of a throw, Rust's panic: they quote the error's text, in a log line
     if _DEFINITION_HEAD.match(head):

@@ -87,3 +87,12 @@ def test_a_chinese_lead_ending_in_a_colon_then_the_pasted_exception_is_the_error
     assert one("老是报这个问题：RuntimeError: CUDA error: out of memory").kind == "cuda_oom"
     assert events("运行时报错 RuntimeError: CUDA error: out of memory 怎么解决") == []
     assert events("为什么会出现 CUDA error: out of memory 这个问题？") == []
+
+
+def test_a_markdown_error_reports_exception_type_field_naming_the_oom_is_an_oom():
+    """heldout15's ComfyUI "Error Report" miss: a field of a generated report, not a list item in prose."""
+    event = one("# ComfyUI Error Report\n## Error Details\n- **Node Type:** KSampler\n"
+                "- **Exception Type:** torch.OutOfMemoryError\n- **Exception Message:** Allocation on device ")
+    assert (event.kind, event.attrs["error_name"]) == ("cuda_oom", "OutOfMemoryError")
+    assert events("- **Exception Type:** RuntimeError") == []
+    assert events("- torch.OutOfMemoryError is raised when the allocator gives up") == []
