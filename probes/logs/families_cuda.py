@@ -83,7 +83,8 @@ def _api(text: str) -> str | None:
 
 def _cuda_gpu(text: str) -> int | None:
     return _first(_int(r"current\s*device:\s*(\d+)", text), _int(r"\bGPU=(\d+)", text),
-                  _int(r"\bon\s*device\s*(\d+)", text), _int(r"\bdevice\s*ordinal\s*(\d+)", text))
+                  _int(r"\bon\s*device\s*(\d+)", text), _int(r"\bdevice\s*ordinal\s*(\d+)", text),
+                  _int(r"\bon\s+GPU\s+(\d+)\b(?![.:]\d)", text))  # Paddle: "Out of memory error on GPU 0."
 
 
 def _cuda(text: str) -> Found | None:

@@ -96,7 +96,12 @@ _OOM_WORDS = re.compile(r"\b[Oo]ut of (?:GPU |[Dd]evice |CUDA |video )?memory\b|
 def _oom_wording(text: str) -> Found | None:
     if not _GPU_MARK.search(text):
         return None
-    return Found("cuda_oom", _clean({"requested_bytes": _requested(text), "api": _api(text)}),
+    # a status number beside the wording (Paddle's "(External) CUDA error(2), out of memory.") names the status,
+    # so that the hint line after it ("[Hint: 'cudaErrorMemoryAllocation'. ...]") is the same incident's echo
+    coded = _cuda_code(text)
+    named = dict(coded.attrs) if coded is not None and coded.kind == "cuda_oom" else {}
+    return Found("cuda_oom", _clean({"error_name": named.get("error_name"), "error_code": named.get("error_code"),
+                                     "requested_bytes": _requested(text), "api": _api(text)}),
                  gpu=_cuda_gpu(text), rank=_first_rank(text))
 
 

@@ -109,6 +109,19 @@ def _metric(text: str) -> Found | None:
                                            "metric": match.group(1)}))
 
 
+# RETURNN's step line: "ep 2 train, step 587, ctc_4 nan, ctc_8 nan, ce 0.412, fer 0.093" (each score named, then its
+# value, comma-separated); a score printed as NaN
+_STEP_SCORES = re.compile(r"(?:^|(?<=\s))ep \d+ \w+, step (\d+), (?:[^,]+, )*?([A-Za-z][\w/.:-]*) (?:nan|NaN)"
+                          r"(?=,|\s*$)")
+
+
+def _step_scores(text: str) -> Found | None:
+    match = _STEP_SCORES.search(text)
+    if not match:
+        return None
+    return Found("loss_nonfinite", {"value": "nan", "step": int(match.group(1)), "metric": match.group(2)})
+
+
 LOSS_FAMILIES: tuple[Family, ...] = (
     Family("loss_became_nonfinite", _c(r"\w*Error: Loss became infinite or NaN at iteration=?\s*\d"), _became_nonfinite,
            complete=_c(r"loss_dict\s*="), max_lines=2, accept=_c(r"^\s*loss_dict\s*=")),
@@ -124,5 +137,6 @@ LOSS_FAMILIES: tuple[Family, ...] = (
            _loss_scale_floor),
     Family("anomaly_nonfinite", _c(r"Function '\w+' returned nan values|\w*Error: Function '\w+' returned inf values"),
            _anomaly),
+    Family("step_scores_nonfinite", _STEP_SCORES, _step_scores),
     Family("loss_metric_nonfinite", _c(f"{_METRIC.pattern}|{_METRIC_WORDS.pattern}"), _metric),
 )

@@ -94,7 +94,15 @@ def _startup_free(text: str) -> Found:
     return Found("cuda_oom", _clean({"free_bytes": free, "total_bytes": total, "error_name": "InsufficientFreeMemory"}))
 
 
+def _report_field(text: str) -> Found:
+    """ComfyUI's markdown "Error Report": "- **Exception Type:** torch.OutOfMemoryError" (the message, such as
+    "Allocation on device", on the next field)."""
+    return Found("cuda_oom", {"error_name": "OutOfMemoryError"})
+
+
 OOM_FAMILIES: tuple[Family, ...] = (
+    Family("report_field_oom", _c(r"(?<=\*\*Exception Type:\*\* )torch\.(?:cuda\.)?OutOfMemoryError\s*$"),
+           _report_field),
     # a line cut before "CUDA out of memory." starts at "Tried to allocate"; a wrapped message may too
     Family("torch_oom", _c(r"CUDA out of memory|HIP out of memory|^\W{0,3}Tried to allocate \d"), _torch_oom,
            complete=_c(r"unallocated|by\s*PyTorch\)|cached\)|Memory\s*Management|\)\s*$"),

@@ -31,6 +31,21 @@ _SAME_INCIDENT: dict[str, tuple[str, ...]] = {
 }
 # Names a family gives when the line names no status; a copy with the real name is the same incident.
 _UNNAMED = frozenset({"CUDAGraphCaptureError"})
+# TensorFlow's GPU allocator retries a failed cuMemAlloc at 0.9 of the size it asked for, one "failed to allocate"
+# line per try: a request between these fractions of the one before it is the same incident's retry
+_RETRY_FRACTION = (0.85, 0.95)
+
+
+def _agrees(key: str, mine: object, theirs: object) -> bool:
+    """A field a later copy states agrees with the earlier copy's (None states nothing)."""
+    if mine is None or mine == theirs:
+        return True
+    if key == "requested_bytes" and isinstance(mine, int) and isinstance(theirs, int) and theirs > 0:
+        low, high = _RETRY_FRACTION
+        return low * theirs <= mine <= high * theirs
+    return False
+
+
 _WRAPPED = re.compile(r"[\])a-z,.;]")  # how a hard-wrapped remainder starts
 _RECORD_HEAD = re.compile(r"[\w.]+(?:Error|Exception|Warning)\b|\w+\(\):")  # ... and a record never does
 _INTERLEAVED = 4  # lines of other printers a strict block may skip (another NCCL thread's line between its two)
@@ -278,14 +293,20 @@ class LogParser:
     def _echo(self, found: Found, offset: int, who: _Who) -> bool:
         """True when the same incident was reported a short way back in this source: same kind, and every field
         of the signature this copy states agrees (a copy that states less, such as "Some NCCL operations have
-        failed" after the watchdog's line, is an echo; one that states more is not)."""
+        failed" after the watchdog's line, is an echo; one that states more is not; an allocator's retry at 0.9 of
+        the size before it is the same incident)."""
         signature = (found.kind, *(None if found.attrs.get(k) in _UNNAMED else found.attrs.get(k)
                                    for k in _SAME_INCIDENT.get(found.kind, ())))
         while self._recent and offset - self._recent[0][0] > self._settings.dedupe_bytes:
             self._recent.popleft()
+        keys = _SAME_INCIDENT.get(found.kind, ())
         for _, seen_who, seen in self._recent:
-            if seen[0] == signature[0] and seen_who.agrees(who) and all(
-                    mine is None or mine == theirs for mine, theirs in zip(signature[1:], seen[1:], strict=True)):
+            if seen[0] != signature[0] or not seen_who.agrees(who):
+                continue
+            pairs = list(zip(keys, signature[1:], seen[1:], strict=True))
+            if all(_agrees(*pair) for pair in pairs):
+                if any(key == "requested_bytes" and mine not in (None, theirs) for key, mine, theirs in pairs):
+                    self._recent.append((offset, who, signature))  # a retry: the next one asks 0.9 of this one
                 return True
         self._recent.append((offset, who, signature))
         return False

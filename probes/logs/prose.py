@@ -34,7 +34,7 @@ _WORD = re.compile(r"\b[a-z][a-z']+\b")  # plain lower-case words (identifiers a
 _PROSE_TAIL = re.compile(
     r"^[`'\"”’)]*\s*(?:=\s*\d|means\b|is\s+(?:raised|returned|thrown|reported|an?|the|when|what|not)\b"
     r"|are\b|indicates?\b|occurs?\b|happens?\b|can\b|could\b|may\b|might\b|will\b|should\b|when\b|if\b"
-    r"|or\b|and\b|errors?\b|—|-\s|:\s+(?:This|The|It|An?)\b)")
+    r"|or\b|and\b|errors?\b(?!\s+on\s+(?:GPU|device)\s*\d)|—|-\s|:\s+(?:This|The|It|An?)\b)")
 _CODE_HEAD = re.compile(r"(?:\bcase|\breturn|#define|\benum|==|!=|\bif\s*\(|\bexcept|\bcatch)\s*[(\"'`]*$")
 _QUOTED_HEAD = re.compile(r"[`'\"“‘]\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]\s|\|\s|\d+\.\s+\S)")
@@ -51,6 +51,14 @@ _DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.I
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
 _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"
                                     r"appears|shows)\b")
+# googletest: 'C++ exception with description "<what()>" thrown in the test body.'; Rust: "thread 'main' panicked
+# at '<message>', src/main.rs:216:18" (before Rust 1.73; later ones print the location first)
+_THROW_REPORT = re.compile(r"\bC\+\+ exception with description \"[^\"]*$|^\s*thread '[^']*' panicked at '")
+# a Chinese or Japanese lead that ends in a colon, then the pasted exception ("老是报这个问题：RuntimeError: ...")
+_CJK_LEAD_THEN_PASTE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff][：:]\s*[\w.]*(?:Error|Exception)\b:"
+                                  r"[^\u3040-\u30ff\u4e00-\u9fff]*$")
+# a markdown error report's field: "- **Exception Type:** <name>" (ComfyUI's "Error Report")
+_REPORT_FIELD = re.compile(r"^\s*[-*]\s+\*\*(?:Exception|Error) (?:Type|Message):\*\*\s*$")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # first person and a verb: a report's narration, which no runtime prints ("I/O" and "I0101" are not the pronoun)
 _NARRATIVE = re.compile(r"(?:^|[\s,.;(])(?:I|i|[Ww]e)\s+(?:(?:also|still|just|then|now|only)\s+)?"
@@ -91,9 +99,13 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _REPORT_FIELD.match(head):
+        return False  # a generated error report's field ("- **Exception Type:** torch.OutOfMemoryError"), not a list
+    if _THROW_REPORT.search(head):
+        return False  # googletest's report of a throw, Rust's panic: they quote the error's text, in a log line
     if _DEFINITION_HEAD.match(head):
         return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
-    if _CJK.search(head):
+    if _CJK.search(head) and not _CJK_LEAD_THEN_PASTE.search(head):
         return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
         return True  # a list of error names
@@ -114,9 +126,15 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # inside a quotation that a sentence opened
     if not structured and len(_WORD.findall(head)) >= PLAIN_WORDS:
         return True
+    if (not structured and head.rstrip().endswith("(") and _GLOSS_END.match(tail)
+            and len(_WORD.findall(tail)) >= LONG_SENTENCE):
+        return True  # a gloss in a sentence that goes on: "Addresses XID 79 (GPU has fallen off the bus) scenarios by
+        # changing ..." (a tool's "XID 79(GPU has fallen off the bus) detected on PCI:..." is a log line)
     return not structured and bool(_PROSE_TAIL.match(tail))
 
 
+# the close of a parenthesis followed by a sentence's next plain word
+_GLOSS_END = re.compile(r"^[^()]*\)\s+[a-z][a-z']+\b")
 _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
 
 
@@ -154,9 +172,10 @@ def _open_quote(head: str) -> bool:
 # or has a bracketed logger/location, a source location, an upper-case level, a throw or a JSON record (a
 # sentence's "Error messages like ..." is not an exception head)
 _LOG_HEAD = re.compile(
-    r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|\W*$)|what\(\):|terminate called|\[[^\]]*\]"
+    r"^\s*(?:[\w.:<>]*(?:Error|Exception|Failure|Fault)\b|[\w.]+:\s|[^\w`]*$)|what\(\):|terminate called|\[[^\]]*\]"
     r"|\bterminated with exception:|\b(?:[\w.]*Error|CUDA error|Cuda error):\s|^\s*(?:CUDA|Cuda|HIP) [Ee]rror\b"
-    r"|[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\"")
+    r"|[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs|jl)[:(]\s*\d+|\b(?:ERROR|FATAL|CRITICAL|WARN\w*)\b|^\s*\{\""
+    r"|^\s*thread '[^']*' panicked at '")  # a Rust panic (before 1.73) quotes its message
 
 
 def has_log_structure(line: Line, start: int) -> bool:
