@@ -36,3 +36,15 @@ def parse_all(data: bytes, source: str = "test.log") -> list[Event]:
 def load(name: str) -> list[Event]:
     """The events of one fixture file."""
     return parse_all(fixture_bytes(name), name)
+
+
+def events(text: str, source: str = "test") -> list[Event]:
+    """The events of `text` (one final newline added), parsed as parse_all does."""
+    return parse_all(text.encode() + b"\n", source)
+
+
+def one(text: str) -> Event:
+    """The one event of `text` (fails listing them if there are more or none)."""
+    found = events(text)
+    assert len(found) == 1, [e.to_dict() for e in found]
+    return found[0]

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from logprobe_helpers import events, one
 
 from gpuslo.probes.logs.catalog import TRIGGER_WORDS
-from gpuslo.probes.logs.parser import LogParser, ParserSettings
-
-NOW = datetime(2025, 3, 1, tzinfo=UTC)
-
-
-def events(text: str):  # type: ignore[no-untyped-def]
-    parser = LogParser(ParserSettings(host="node1", source="test"), clock=lambda: NOW)
-    data = text.encode() + b"\n"
-    return parser.scan(data, 0) + parser.flush()
-
-
-def one(text: str):  # type: ignore[no-untyped-def]
-    found = events(text)
-    assert len(found) == 1, [e.to_dict() for e in found]
-    return found[0]
-
 
 PG = "[rank1]:[E1103 07:41:12.460801783 ProcessGroupNCCL.cpp:{}] "
 

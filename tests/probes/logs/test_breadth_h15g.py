@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_breadth import events, one
+from logprobe_helpers import events, one
 
 
 def test_a_status_number_beside_the_oom_wording_names_the_status_and_its_hint_line_is_an_echo():

@@ -6,25 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from logprobe_helpers import events, one
 
 from gpuslo.probes.logs.catalog import FAMILIES, TRIGGER_WORDS
 from gpuslo.probes.logs.families_checks import CHECK_FAMILIES, TRIGGERS
-from gpuslo.probes.logs.parser import LogParser, ParserSettings
 from gpuslo.probes.logs.prefilter import _GROUP
-
-NOW = datetime(2025, 3, 1, tzinfo=UTC)
-
-
-def events(text: str):  # type: ignore[no-untyped-def]
-    parser = LogParser(ParserSettings(host="node1", source="test"), clock=lambda: NOW)
-    data = text.encode() + b"\n"
-    return parser.scan(data, 0) + parser.flush()
-
-
-def one(text: str):  # type: ignore[no-untyped-def]
-    found = events(text)
-    assert len(found) == 1, [e.to_dict() for e in found]
-    return found[0]
 
 
 def test_a_glog_check_against_cuda_success_reads_the_status_number():
