@@ -4,12 +4,17 @@ from, and the attribution recomputed from one stall's signals (shared by the rec
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.probes.attribution import Attribution, attribute
 from gpuslo.probes.attribution.signals import GpuSample, Interval
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
 
 
 def recorded_events(path: Path) -> list[Event]:
@@ -34,3 +39,12 @@ def reattribute(row: dict[str, Any]) -> Attribution:
 def stored_attribution(stall: Event) -> dict[str, Any]:
     """The `attribution.*` attributes stored with a token_stall."""
     return {k: v for k, v in stall.attrs.items() if k.startswith("attribution.")}
+
+
+def fired_stall_rules(stalls: list[Event]) -> Counter[str]:
+    """How often each shipped `stall-*` rule fires on `stalls` (the shipped rulebooks must include `stalls`)."""
+    rulebooks, problems = load_directory(RULES)
+    assert "stalls" in {r.name for r in rulebooks}, problems
+    evaluator = RuleEvaluator()
+    evaluator.load(rulebooks)
+    return Counter(m.rule_id for m in evaluator.evaluate(stalls) if m.rule_id.startswith("stall-"))

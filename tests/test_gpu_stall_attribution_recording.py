@@ -17,11 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from attribution_recordings import reattribute, recorded_events, recorded_signals, stored_attribution
+from attribution_recordings import fired_stall_rules, reattribute, recorded_events, recorded_signals, stored_attribution
 
 from gpuslo.engine.events import Event, parse_event
-from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.runtime import RuleEvaluator
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "examples" / "incidents"
 ROOT = INCIDENTS.parents[1]
@@ -113,11 +111,7 @@ def test_each_requests_worst_gap_is_attributed_to_its_phase():
 
 
 def test_replayed_stalls_fire_the_rule_of_their_layer(stalls):
-    rulebooks, problems = load_directory(ROOT / "rules")
-    assert "stalls" in {r.name for r in rulebooks}, problems
-    evaluator = RuleEvaluator()
-    evaluator.load(rulebooks)
-    fired = Counter(m.rule_id for m in evaluator.evaluate(stalls) if m.rule_id.startswith("stall-"))
+    fired = fired_stall_rules(stalls)
     by_layer = Counter(s.attrs["attribution.dominant"] for s in big(stalls)
                        if s.attrs.get("attribution.coverage", 0) >= 0.5)
     assert fired == {"stall-cpu-starvation": by_layer["scheduler"], "stall-network": by_layer["network"],

@@ -17,11 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from attribution_recordings import reattribute, recorded_events, recorded_signals, stored_attribution
+from attribution_recordings import fired_stall_rules, reattribute, recorded_events, recorded_signals, stored_attribution
 
 from gpuslo.engine.events import Event
-from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.runtime import RuleEvaluator
 
 ROOT = Path(__file__).resolve().parents[3]
 INCIDENTS = ROOT / "examples" / "incidents"
@@ -110,9 +108,5 @@ def test_the_cause_part_of_the_run_shows_the_compiles_follow_the_cudnn_backend()
 
 
 def test_replayed_stalls_fire_the_rule_of_their_layer(stalls):
-    rulebooks, problems = load_directory(ROOT / "rules")
-    assert "stalls" in {r.name for r in rulebooks}, problems
-    evaluator = RuleEvaluator()
-    evaluator.load(rulebooks)
-    fired = Counter(m.rule_id for m in evaluator.evaluate(stalls) if m.rule_id.startswith("stall-"))
+    fired = fired_stall_rules(stalls)
     assert fired == {"stall-gpu-contention": 24, "stall-driver": 1}
