@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import TextClause, bindparam, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.events import Event
+from gpuslo.engine.store.driver_sql import sqlite_time  # rows compare and read back like the ORM's
 from gpuslo.engine.store.models import EventRow
 from gpuslo.engine.store.rows import chunks, require_aware
 
@@ -59,12 +60,6 @@ def stored_ids(session: Session, ids: Sequence[str]) -> set[str]:
     """Which of `ids` are stored events."""
     connection = session.connection()
     return {event_id for chunk in chunks(ids, _IN_LIST) for event_id in connection.scalars(_STORED_IDS, {"ids": chunk})}
-
-
-def sqlite_time(moment: datetime) -> str:
-    """An aware time as SQLAlchemy's SQLite DATETIME stores it (UTC, `YYYY-MM-DD HH:MM:SS.ffffff`), so rows
-    written here compare and read back like those the ORM writes; tests/engine/test_event_insert.py checks it."""
-    return moment.astimezone(UTC).isoformat(" ", "microseconds")[:26]
 
 
 def _stored_ids_sqlite(session: Session, ids: Sequence[str]) -> set[str]:
