@@ -4,7 +4,6 @@ engine's batch transaction; the seed that reloads a window into the counter; ret
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +16,7 @@ from gpuslo.engine.errors import StoreError
 from gpuslo.engine.slo.attribution import OpenViolation, covers
 from gpuslo.engine.slo.counter import SliBatch
 from gpuslo.engine.slo.model import BUCKET_S, Sli
+from gpuslo.engine.store.driver_sql import DriverStatement, compile_driver_statement
 from gpuslo.engine.store.models import SloBucketRow, SloCauseRow, SloDayRow, SloHourRow, ViolationRow
 from gpuslo.engine.store.rows import chunks
 
@@ -31,25 +31,11 @@ _CANDIDATES = (select(_V.id, _V.rule_id, _V.slo, _V.host, _V.gpu, _V.group, _V.f
                       _V.rule_id.not_in(bindparam("burn_rules", expanding=True))))
 
 
-@dataclass(frozen=True)
-class _Upsert:
-    """One table's upsert compiled for one dialect: the driver SQL and the order of its parameters (positional
-    drivers such as sqlite3 take tuples; named ones such as psycopg take the row dicts as they are)."""
-
-    sql: str
-    order: tuple[str, ...] | None
-
-    def parameters(self, rows: list[dict[str, Any]]) -> list[Any]:
-        if self.order is None:
-            return rows
-        return [tuple(row[name] for name in self.order) for row in rows]
-
-
 # (dialect, table, keys, counts, paramstyle): the paramstyle because psycopg2 and psycopg are both "postgresql".
-_UPSERTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...], str], _Upsert] = {}
+_UPSERTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...], str], DriverStatement] = {}
 
 
-def _upsert_statement(dialect: Dialect, table: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> _Upsert:
+def _upsert_statement(dialect: Dialect, table: Any, keys: tuple[str, ...], counts: tuple[str, ...]) -> DriverStatement:
     """The INSERT ... ON CONFLICT DO UPDATE adding the counts, compiled once per (dialect, table). SQLAlchemy
     cannot cache an ON CONFLICT statement (its cache key is None), so executing the built statement rebuilt its
     SET clause and recompiled it on every call: a quarter of the (d) fleet stream's samples."""
@@ -59,10 +45,9 @@ def _upsert_statement(dialect: Dialect, table: Any, keys: tuple[str, ...], count
         statement = (postgresql if dialect.name == "postgresql" else sqlite).insert(table)
         statement = statement.on_conflict_do_update(
             index_elements=list(keys), set_={name: table.c[name] + statement.excluded[name] for name in counts})
-        compiled = statement.compile(dialect=dialect, column_keys=[*keys, *counts])
-        if compiled._bind_processors:  # the driver SQL is sent as is, unprocessed
+        found = compile_driver_statement(dialect, statement, (*keys, *counts))
+        if found.convert:  # the counts' columns are integers and text: sent as they are
             raise StoreError(f"the {table.name} upsert needs bind processing")
-        found = _Upsert(compiled.string, tuple(compiled.positiontup or ()) if compiled.positional else None)
         _UPSERTS[key] = found
     return found
 
@@ -74,7 +59,7 @@ def _upsert(connection: Connection, table: Any, keys: tuple[str, ...], counts: t
         return
     upsert = _upsert_statement(connection.dialect, table, keys, counts)
     for chunk in chunks(rows, 500):
-        connection.exec_driver_sql(upsert.sql, upsert.parameters(chunk))
+        upsert.executemany(connection, chunk)
 
 
 def _causes(connection: Connection, batch: SliBatch, burn_rules: Sequence[str]) -> dict[tuple[str, str, int, int], int]:

@@ -97,6 +97,8 @@ class DriverStatement:
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         convert = self.convert
+        if self.order is None and not convert:  # named and nothing to convert: the rows as they are
+            return list(rows)
         if self.order is None:
             out: list[Any] = []
             for row in rows:
@@ -124,12 +126,14 @@ def driver_statement(dialect: Dialect, statement: ClauseElement, keys: Sequence[
     cache_key = (id(statement), dialect.name, dialect.paramstyle, tuple(keys))
     found = _COMPILED.get(cache_key)
     if found is None:
-        found = _compile(dialect, statement, keys)
+        found = compile_driver_statement(dialect, statement, keys)
         _COMPILED[cache_key] = found
     return found
 
 
-def _compile(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> DriverStatement:
+def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> DriverStatement:
+    """`statement` compiled for executemany with these parameter keys, uncached (for a caller that caches by
+    its own key); refuses a column whose bind processing this module does not do."""
     compiled: SQLCompiler = statement.compile(dialect=dialect, column_keys=list(keys),  # type: ignore[assignment]
                                               for_executemany=True)
     if dialect.name not in ("sqlite", "postgresql"):
