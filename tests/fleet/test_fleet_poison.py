@@ -326,3 +326,28 @@ def _check_stored_all(database: Database, events: list[dict[str, Any]]) -> None:
     assert violations == {f"host=node-{h},gpu=0": 3 for h in range(3)}
     assert seq == len(events)
 
+
+
+def test_stream_messages_that_are_not_events_are_counted_and_skipped_and_the_stream_goes_on(
+        bus: Bus, fleet_database: Database) -> None:
+    """A bad publisher's messages on a partition's subject: bytes that are not JSON, a bare number, and a batch
+    whose first object is not an event. Each is logged and counted (`bus_event`); the good event inside the
+    batch and every later event are stored, each host's violation counting its Xids once."""
+    metrics = Metrics()
+    good_inside = _xid("inside-1", "poison-host", 5)
+    events = _stream(hosts=4, rounds=2, poison="after-1", poison_round=1)
+    with _running(bus, fleet_database, metrics) as worker:
+        (partition,) = [p for p in worker.table.route(parse_event(good_inside)) if p.space == "host"]
+        not_an_event = orjson.dumps({"id": "no-kind", "time": "yesterday"})
+        bad_batch = b"[" + not_an_event + b"," + orjson.dumps(good_inside) + b"]"
+        duplicates = bus.publish([(partition.subject, "bad-1", b"{not json"), (partition.subject, "bad-2", b"42"),
+                                  (partition.subject, "bad-3", bad_batch)])
+        assert duplicates == [False, False, False]  # each acknowledged as new
+        _publish(bus, events)
+        wait_for(lambda: caught_up(bus, fleet_database, worker.table), 60, "the partitions store the stream")
+    with fleet_database.engine.connect() as connection:
+        occurrences = dict(connection.execute(text(
+            "SELECT group_key, occurrences FROM violations WHERE rule_id = 'xid-fallen-off-bus'")).tuples().all())
+    expected = {f"host=node-{h},gpu=0": 2 for h in range(4)} | {"host=poison-host,gpu=0": 2}
+    assert {str(k): int(n) for k, n in occurrences.items()} == expected
+    assert _metric(metrics, "gpuslo_engine_errors_total", reason="bus_event") == 3
