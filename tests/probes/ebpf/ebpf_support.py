@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,3 +46,37 @@ class AppRunner:
         out, _ = proc.communicate(stdin, timeout=30)
         assert proc.returncode == 0, out
         return AppRun(proc.pid, tuple(out.splitlines()))
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What the collector recorded while a child ran one step: the records, the child's reply line, and the
+    monotonic clock around the step."""
+
+    found: list
+    reply: str
+    started_ns: int
+    ended_ns: int
+
+
+def drain_one_step(collector, child: subprocess.Popen[str], *, open_oncpu: bool = False) -> Drained:
+    """As the agent does: read the ring buffer every 0.1 s in a thread while the (watched, paused) child is told
+    "go" and runs until it prints its reply line; drain 0.2 s more, then let the child exit."""
+    found: list = []
+    done = threading.Event()
+    poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
+    started = time.monotonic_ns()
+    poller.start()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    reply = child.stdout.readline()
+    ended = time.monotonic_ns()
+    time.sleep(0.2)
+    done.set()
+    poller.join(5)
+    if open_oncpu:
+        found += collector.open_oncpu()
+    child.wait(10)
+    child.stdin.close()
+    child.stdout.close()
+    return Drained(found, reply, started, ended)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 
 from bpf_support import requires_bpf
+from ebpf_support import drain_one_step
 
 from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.collector import Collector
@@ -68,25 +67,11 @@ def _spin_in_library(tmp_path, fake_build, source_text: str, child_code: str, li
     try:
         collector.watch(child.pid)
         assert collector.sampling
-        found: list = []
-        done = threading.Event()
-        poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
-        started = time.monotonic_ns()
-        poller.start()
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        a, b = map(int, child.stdout.readline().split())
-        ended = time.monotonic_ns()
-        time.sleep(0.2)
-        done.set()
-        poller.join(5)
-        found += collector.open_oncpu()
-        child.wait(10)
-        child.stdin.close()
-        child.stdout.close()
+        drained = drain_one_step(collector, child, open_oncpu=True)
     finally:
         collector.close()
-    return SpinRun(found, child.pid, a, b, started, ended, collector)
+    a, b = map(int, drained.reply.split())
+    return SpinRun(drained.found, child.pid, a, b, drained.started_ns, drained.ended_ns, collector)
 
 
 @requires_bpf

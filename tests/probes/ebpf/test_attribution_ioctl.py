@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 from bpf_support import requires_bpf
+from ebpf_support import drain_one_step
 
 from gpuslo.probes.attribution.collector import IOCTL, SYSCALL, Collector, Record, to_interval
 from gpuslo.probes.ebpf.libraries import LibrarySet
@@ -61,22 +60,11 @@ def test_an_ioctl_on_an_nvidia_device_is_the_drivers_and_on_another_file_the_ker
     collector.start()
     try:
         collector.watch(child.pid)
-        found: list = []
-        done = threading.Event()
-        poller = threading.Thread(target=lambda: [found.extend(collector.poll(100)) for _ in iter(done.is_set, True)])
-        poller.start()
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline() == "done\n"
-        time.sleep(0.2)
-        done.set()
-        poller.join(5)
-        child.wait(10)
-        child.stdin.close()
-        child.stdout.close()
+        drained = drain_one_step(collector, child)
+        assert drained.reply == "done\n"
     finally:
         collector.close()
-    ioctls = [(i.kind, i.detail) for i in found if i.pid == child.pid and "ioctl" in i.detail]
+    ioctls = [(i.kind, i.detail) for i in drained.found if i.pid == child.pid and "ioctl" in i.detail]
     assert ("ioctl", f"ioctl on {nvidia}") in ioctls, ioctls
     assert ("syscall", f"ioctl on {loop}") in ioctls, ioctls
     assert len(ioctls) == 2, ioctls
