@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
  ZERO_WINDOW) = range(1, 13)
 SEND_STALL_TRACEPOINTS = (("sock", "sock_send_length"), ("tcp", "tcp_probe"), ("sock", "inet_sock_set_state"))
 SOCKET_SENDS = frozenset({44, 46})  # sendto, sendmsg: a long one waited for room in the send queue
+FD_WRITES = frozenset({1, 20})  # write, writev: their fd rides in the record (signals.bpf.c)
+SOCKETS = "socket:"  # what /proc/<pid>/fd/N reads for a socket
 NVIDIA_DEVICES = "/dev/nvidia"  # nvidiactl, nvidia0..N, nvidia-uvm, nvidia-modeset: the driver's ioctls
 
 
@@ -66,12 +68,17 @@ def to_interval(r: Record, paths: Callable[[int, int], str | None] = fd_path) ->
         if number == IOCTL:
             fd = r.arg >> 32
             return _ioctl(fd, paths(r.pid, fd), base)
-        kind = "send_blocked" if number in SOCKET_SENDS else "syscall"
-        return Interval(kind, detail=SYSCALL_NAMES.get(number, f"syscall {number}"), **base)
+        name = SYSCALL_NAMES.get(number, f"syscall {number}")
+        if number in FD_WRITES:  # a long write to a socket waited for room in its send queue, as a long send
+            path = paths(r.pid, r.arg >> 32)
+            if path is not None and path.startswith(SOCKETS):
+                return Interval("send_blocked", detail=f"{name} on {path}", **base)
+            return Interval("syscall", detail=f"{name} to {path}" if path else name, **base)
+        return Interval("send_blocked" if number in SOCKET_SENDS else "syscall", detail=name, **base)
     if r.kind == CUDA:
         return _cuda(r.arg & 0xFFFFFFFF, r.arg >> 32, base)
     if r.kind == SEND_GAP:
-        return Interval("send_gap", detail="sendto" if r.arg == 44 else "sendmsg", **base)
+        return _send_gap(r, paths, base)
     if r.kind == RETRANSMIT:
         return Interval("retransmit", detail=f"sport {r.arg >> 16} dport {r.arg & 0xFFFF}", **base)
     if r.kind == BLOCK_IO:
@@ -88,6 +95,18 @@ def to_interval(r: Record, paths: Callable[[int, int], str | None] = fd_path) ->
         return Interval("send_stall", detail=f"TCP send queue full on port {r.arg}" if r.arg else
                         "TCP send queue full", **base)
     return None
+
+
+def _send_gap(r: Record, paths: Callable[[int, int], str | None], base: dict[str, Any]) -> Interval | None:
+    """A thread's gap between two sends: sendto/sendmsg gaps as they come; write/writev gaps only on a socket
+    (a log file written now and then is no send gap), and none once the fd is closed (what it was is unknown)."""
+    number = r.arg & 0xFFFFFFFF
+    if number not in FD_WRITES:
+        return Interval("send_gap", detail=SYSCALL_NAMES.get(number, f"syscall {number}"), **base)
+    path = paths(r.pid, r.arg >> 32)
+    if path is None or not path.startswith(SOCKETS):
+        return None
+    return Interval("send_gap", detail=f"{SYSCALL_NAMES[number]} on {path}", **base)
 
 
 def _cuda(func: int, calls: int, base: dict[str, int]) -> Interval | None:

@@ -58,6 +58,8 @@ struct at_runnable {
 BPF_HASH(runnable_since, u32, struct at_runnable, 65536);
 BPF_HASH(sys_start, u32, struct at_start, 65536);
 BPF_HASH(last_send, u32, u64, 65536);         /* tid -> its previous send */
+/* (tid << 32 | fd) -> the thread's previous write or writev to that fd: user space keeps the gaps on sockets */
+BPF_TABLE("lru_hash", u64, u64, last_write, 65536);
 BPF_HASH(cuda_start, struct at_ckey, u64, 65536);
 /* Allocation and free calls come in bursts of short calls (a cache flush frees thousands of segments, each under
  * a millisecond): calls of one thread less than AT_BURST_GAP_NS apart are merged here, and a burst crosses the
@@ -263,9 +265,19 @@ TRACEPOINT_PROBE(raw_syscalls, sys_enter)
             at_emit(AT_SEND_GAP, *last, now, nr, tgid, tid, 0, 0);
         last_send.update(&tid, &now);
     }
+    u64 fd = (u32)args->args[0];
+    if (nr == 1 || nr == 20) { /* write, writev (Go, Node, asyncio transports): a gap on a socket is a send gap */
+        u64 key = (u64)tid << 32 | fd;
+        u64 *last = last_write.lookup(&key);
+        if (last && now - *last >= AT_SEND_GAP_NS)
+            at_emit(AT_SEND_GAP, *last, now, nr | fd << 32, tgid, tid, 0, 0);
+        last_write.update(&key, &now);
+    }
     struct at_start s = {.ts = now, .arg = nr};
-    if (nr == 16) /* ioctl: its fd rides in the upper half, so user space can name the device (/dev/nvidia*) */
-        s.arg |= (u64)(u32)args->args[0] << 32;
+    /* ioctl, write, writev: the fd rides in the upper half, so user space can name the file (/dev/nvidia*, a
+     * socket) */
+    if (nr == 16 || nr == 1 || nr == 20)
+        s.arg |= fd << 32;
     sys_start.update(&tid, &s);
     return 0;
 }
