@@ -26,6 +26,7 @@ from gpuslo.engine.explain import SummaryRenderer, build_absence_match, build_ma
 from gpuslo.engine.facts import FactFields, fact_id, make_fact
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.plan import Plan, RuleAction, plan_rulebook
+from gpuslo.engine.prefilter import Prefilter
 from gpuslo.engine.rulebook.model import CLEAR_ALIAS, Absence, Count, Rule, Rulebook, SingleEvent
 from gpuslo.engine.slo.counter import SliBatch, SloCounter, SloSeed
 from gpuslo.engine.violations import Clear, Match
@@ -53,6 +54,7 @@ class _Unit:
     plan: Plan
     ruleset: matcher.Ruleset
     fields: FactFields
+    prefilter: Prefilter  # events no pattern can take skip the fact build and the core (prefilter.py)
 
 
 def window_scope(rulebook: Rulebook, rule: Rule) -> str:
@@ -73,6 +75,7 @@ class RuleEvaluator:
         self._max_ahead_s, self._isolate, self._wall_clock = max_ahead_s, isolate_events, wall_clock
         self._clock = clock
         self._active: tuple[_Unit, ...] = ()
+        self._by_kind: dict[str, tuple[_Unit, ...]] = {}  # the units that read a kind, in load order
         self._clears: list[Clear] = []  # of the batch being evaluated
         self._windows = Windows(lateness_s)
         self._scopes: dict[str, Rulebook] = {}
@@ -100,13 +103,16 @@ class RuleEvaluator:
                 ruleset = matcher.register_plan(plan)
             except Exception as exc:  # noqa: BLE001 - named, so the service keeps that rulebook's last good version
                 raise RulebookNotLoaded(rulebook.name, rulebook.location.file, f"{type(exc).__name__}: {exc}") from exc
-            units.append(_Unit(plan, ruleset, FactFields.of(plan)))
+            fields = FactFields.of(plan)
+            units.append(_Unit(plan, ruleset, fields, Prefilter(plan, fields)))
         scopes = {window_scope(unit.plan.rulebook, rule): unit.plan.rulebook
                   for unit in units for rule in unit.plan.rulebook.rules}
         action_scopes = {name: window_scope(unit.plan.rulebook, action.rule)
                          for unit in units for name, action in unit.plan.actions.items()}
         with self._lock:
             self._active = tuple(units)
+            kinds = {kind for unit in units for kind in unit.plan.kinds}
+            self._by_kind = {kind: tuple(u for u in units if kind in u.plan.kinds) for kind in kinds}
             self._windows.forget(set(self._scopes) - set(scopes))
             self._scopes = scopes
             self._action_scopes = action_scopes
@@ -207,8 +213,8 @@ class RuleEvaluator:
             self._metrics.late_events.inc()
         self._watermark = max(self._watermark, timestamp)
         matches: list[Match] = []
-        for unit in self._active:
-            if event.kind not in unit.plan.kinds:
+        for unit in self._by_kind.get(event.kind, ()):
+            if not unit.prefilter.may_match(event):
                 continue
             for action in self._match_fact(unit, self._fact(event, unit, timestamp)):
                 match = self._on_fire(unit.plan, action, event)
