@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -32,6 +34,12 @@ _DEFERRED = 3  # queued without a state; durable's Host then drains state 0
 # Ruleset names must be unique in the process: the C core crashed when two hosts registered the same name
 # (seen in tests/engine/test_windows.py). Read-only use: it only hands out numbers.
 _SERIAL = itertools.count()
+# durable_rules' JSON reader refuses a number with an exponent but no fraction (`1e-7`, `1e16`: error 204, for a
+# fact and for a ruleset alike), which is how orjson writes a float of one significant digit outside about
+# [1e-5, 1e16). Such floats travel as `1.0e-7`: the same double, in a form the reader takes.
+_PLAIN_FLOATS = (1e-4, 1e15)  # floats whose magnitude is in here never take an exponent
+_BARE_EXPONENT = re.compile(r"^(-?\d+)([eE].*)$")
+_MARK = f"gpuslo-float-{secrets.token_hex(8)}-"  # stands in for an odd float while the rest is encoded
 
 
 class IdCollision(EngineError):
@@ -84,14 +92,54 @@ def register(name: str, rules: Mapping[str, Mapping[str, Any]]) -> Ruleset:
     actions = {rule: str(body["run"]) for rule, body in rules.items()}
     stripped = {rule: {key: value for key, value in body.items() if key != "run"} for rule, body in rules.items()}
     try:
-        handle = core.create_ruleset(name, orjson.dumps(stripped).decode())
+        handle = core.create_ruleset(name, dumps(stripped))
     except core.error as exc:
         raise EngineError(f"ruleset {name!r}: the engine refused the compiled ruleset: {exc}") from exc
     return Ruleset(name, handle, MappingProxyType(actions))
 
 
+def _odd(value: object) -> bool:
+    low, high = _PLAIN_FLOATS
+    return type(value) is float and value != 0 and not low <= abs(value) < high
+
+
+def number_text(value: float) -> str:
+    """A float as the core reads it: orjson's shortest text, with `.0` before a bare exponent."""
+    text = orjson.dumps(value).decode()
+    bare = _BARE_EXPONENT.match(text)
+    return f"{bare[1]}.0{bare[2]}" if bare else text
+
+
+def _with_numbers(value: Any, marks: dict[str, str], prefix: str) -> Any:
+    """`value` with each odd float replaced by a mark (its text kept in `marks`), lists and mappings walked."""
+    if _odd(value):
+        mark = f"{prefix}{len(marks)}"
+        marks[f'"{mark}"'] = number_text(value)
+        return mark
+    if isinstance(value, Mapping):
+        return {key: _with_numbers(item, marks, prefix) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_with_numbers(item, marks, prefix) for item in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    """JSON text the core reads (a ruleset, a fact): orjson's, with every odd float written as number_text."""
+    marks: dict[str, str] = {}
+    prefix, plain = _MARK, orjson.dumps(value).decode()
+    while prefix in plain:  # a text of the value holds the mark: take another, so no string is ever touched
+        prefix = f"gpuslo-float-{secrets.token_hex(8)}-"
+    text = orjson.dumps(_with_numbers(value, marks, prefix)).decode()
+    for mark, number in marks.items():
+        text = text.replace(mark, number, 1)
+    return text
+
+
 def encode(fact: Mapping[str, Any]) -> str:
-    """The JSON text of a fact, as the C core reads it."""
+    """The JSON text of a fact (flat: a key's value is never a list or mapping), as the C core reads it."""
+    for value in fact.values():
+        if _odd(value):
+            return dumps(fact)
     return orjson.dumps(fact).decode()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuslo.engine import matcher
@@ -57,3 +59,22 @@ def test_a_definition_the_core_refuses_is_an_engine_error_naming_the_ruleset() -
 
 def test_ruleset_names_are_unique_in_the_process() -> None:
     assert matcher.unique_name("same") != matcher.unique_name("same")
+
+
+@pytest.mark.parametrize("value", [1e-7, -3e-9, 1e16, 2e20, 1e300, 5e-324, 1.5e-7, 1e-5, 0.5, 123.0])
+def test_floats_orjson_writes_with_a_bare_exponent_reach_the_core_in_facts_and_rulesets(value: float) -> None:
+    # durable_rules' reader refuses `1e-7` (error 204) but takes `1.0e-7`: before, such a fact raised
+    # EngineError (its event quarantined) and a rule with such a threshold did not load.
+    low = matcher.register(matcher.unique_name("floats"), {
+        "below": {"all": [{"m": {"$lte": {"x": value}}}], "run": "below"},
+        "above": {"all": [{"m": {"$gt": {"x": value}}}], "run": "above"}})
+    for seen, expected in ((value, ["below"]), (value * 2 if value > 0 else value / 2, ["above"])):
+        text = matcher.encode({"id": matcher.unique_name("f"), "sid": "0", "x": seen})
+        assert json.loads(text)["x"] == seen
+        assert matcher.assert_fact(low, text) == expected, text
+        matcher.retract_fact(low, text)
+
+
+def test_a_mark_standing_in_for_an_odd_float_never_touches_a_string_value() -> None:
+    fact = {"id": "a", "s": matcher._MARK + "0", "sid": "0", "x": 1e-7, "t": '"' + matcher._MARK + '0"'}
+    assert json.loads(matcher.encode(fact)) == fact
