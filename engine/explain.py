@@ -14,6 +14,7 @@ from gpuslo.engine.attribution import worst_stall_attribution
 from gpuslo.engine.cascades import analyze_cascade
 from gpuslo.engine.collectives import analyze_hang
 from gpuslo.engine.events import Event, format_time
+from gpuslo.engine.once import deferred
 from gpuslo.engine.rulebook.model import (
     Absence,
     And,
@@ -224,7 +225,7 @@ def build_match(rulebook: Rulebook, rule: Rule, events: Mapping[str, Event], ren
         rule_id=rule.id, rule_title=rule.title, rulebook=rulebook.name, rulebook_version=rulebook.version,
         rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
         severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
-        summary=renderer.render(rule, summary_event, group, ordered), remediation=rule.remediation,
+        summary=deferred(lambda: renderer.render(rule, summary_event, group, ordered)), remediation=rule.remediation,
         runbook=rule.runbook, explanation=Explanation(tuple(conditions), tuple(ordered), causal_chain(ordered),
                                                     worst_stall_attribution(ordered)),
         seen_at=ordered[-1].time, labels=rule.labels, **lifecycle_fields(rule),
@@ -263,7 +264,8 @@ def build_absence_match(rulebook: Rulebook, rule: Rule, last: Event, silence_s: 
         rule_id=rule.id, rule_title=rule.title, rulebook=rulebook.name, rulebook_version=rulebook.version,
         rulebook_hash=rulebook.content_hash, slo=rule.slo, slo_objective=slo.objective if slo else "",
         severity=rule.severity, group_key=group_key(group), group=MappingProxyType(group),
-        summary=renderer.render(rule, last, group), remediation=rule.remediation, runbook=rule.runbook,
+        summary=deferred(lambda: renderer.render(rule, last, group)), remediation=rule.remediation,
+        runbook=rule.runbook,
         explanation=Explanation(tuple(conditions), (last,), causal_chain([last])), seen_at=seen, labels=rule.labels,
         **lifecycle_fields(rule))
 

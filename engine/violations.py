@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuslo.engine.events import Event
+from gpuslo.engine.once import deferred_text
 
 STATUSES: tuple[str, ...] = ("open", "acknowledged", "resolved")
 
@@ -83,7 +84,10 @@ class Match:
     severity: str
     group_key: str
     group: Mapping[str, Any]
-    summary: str
+    if TYPE_CHECKING:
+        summary: str
+    else:
+        summary: str = deferred_text()  # the text, or a render called at its first read (once.deferred)
     remediation: str
     runbook: str | None
     explanation: Explanation
