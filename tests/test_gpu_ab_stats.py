@@ -4,6 +4,7 @@ difference-in-differences, and the pre-registered verdict follows the interval."
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
@@ -120,3 +121,24 @@ def test_a_cost_that_leaves_with_the_nvml_thread_is_the_nvml_share():
     found = analyse(_cycles(0.04, 0.0, 60, 7, nvml_share=0.03))
     assert found["out"]["nvml"]["paired_position_pct"] == pytest.approx(100 * (1.04 / 1.01 - 1), abs=0.4)
     assert found["out"]["perf"]["paired_position_pct"] == pytest.approx(0.0, abs=0.3)
+
+
+RECORDING = Path(__file__).resolve().parents[1] / "examples" / "incidents" / "h200-itl-overhead-cycles.json"
+
+
+def test_the_h200_cycle_recording_gives_its_stored_figures_and_verdict():
+    run = json.loads(RECORDING.read_text())["itl_ab"]
+    found = analyse(run["blocks"])
+    assert found == run["figures"]  # every figure recomputed from the stored gaps, same seeds
+    assert found["out"]["ab"]["rounds"] == 45 and found["in"]["ab"]["rounds"] == 23
+    upper = found["out"]["ab"]["ci95_pct"][1]
+    assert found["verdict"] == {"aa_holds_zero": True, "decided_by": "ab", "upper_pct": upper, "below_2pct_shown": True}
+    assert found["out"]["ab"]["ci95_pct"][1] < 2.0 < found["out"]["did"]["ci95_pct"][1]
+    assert {c["clock"]["sm_mhz"] for c in run["cycles"]} == {1980}
+
+
+def test_the_h200_recording_names_every_long_ioctl_on_the_real_driver_by_its_nvidia_file():
+    ioctl = json.loads(RECORDING.read_text())["ioctl_real_driver"]
+    assert ioctl["pass"] and ioctl["nvidia_named_as_kernel"] == 0
+    assert ioctl["driver_named"] == ioctl["long_ioctls"] == 8
+    assert all(i["kind"] == "ioctl" and i["detail"].startswith("ioctl on /dev/nvidia") for i in ioctl["longest"])
