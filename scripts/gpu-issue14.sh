@@ -6,6 +6,9 @@
 # .gpu/wheels-extra), the token probe's attrs, Pygments and typing_extensions if the image lacks them.
 # h14e's run:  BCC_PACK=DIR E2E_S=0 RUN_S=420 bash scripts/gpu-issue14.sh OUT --parts costs,train,itl --train-rounds 40
 # OUT gets run.log, e2e.tgz (the e2e's files) and issue14.tgz (the run's JSON and JSONL): 3 files.
+# h14f's run (ITL_AB=1: instead of gpu_issue14.py, the real-BPF ioctl test and scripts/gpu_itl_ioctl.py on the
+# real driver, then the cycle A/B scripts/gpu_itl_ab.py; the rest of the arguments go to it):
+#   BCC_PACK=DIR ITL_AB=1 E2E_S=0 RUN_S=480 bash scripts/gpu-issue14.sh OUT
 set -uo pipefail
 out=${1:-${OUT:-/tmp/gpuslo-i14-out}}
 shift || true   # the rest goes to gpu_issue14.py
@@ -56,10 +59,24 @@ grep -c '^FAIL' "$out/run.log" | sed 's/^/e2e FAIL lines: /'
 tar czf "$out/e2e.tgz" -C /tmp gpuslo-e2e
 fi
 
-step "(b)+(c) cause, contention, A/Bs (gpu_issue14.py)"
 mkdir -p /tmp/gpuslo-i14
+if [ -n "${ITL_AB:-}" ]; then
+    step "ioctls by device: the real-BPF test (a loop device under an NVIDIA name), then the real driver"
+    ioctl_rc=0
+    # filterwarnings: the carried BCC (Debian's python3-bpfcc) has a '\.' escape that Python 3.12 warns about, and the
+    # project's filterwarnings=error made that a SyntaxError at collection (h14f's run); -W does not override it
+    PYTHONUNBUFFERED=1 timeout 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" -o filterwarnings=ignore::SyntaxWarning \
+        tests/probes/ebpf/test_attribution_ioctl.py || ioctl_rc=1
+    PYTHONUNBUFFERED=1 timeout 90 python3 scripts/gpu_itl_ioctl.py --out /tmp/gpuslo-i14 || ioctl_rc=$(( ioctl_rc + 2 ))
+    echo "ioctl checks exit status $ioctl_rc (1: the test failed, 2: the real-driver check failed)"
+    step "(c) the ITL cycle A/B (gpu_itl_ab.py)"
+    PYTHONUNBUFFERED=1 python3 scripts/gpu_itl_ab.py --out /tmp/gpuslo-i14 --until $(( t0 + run_s - 10 )) "$@"
+    rc=$(( $? != 0 || ioctl_rc != 0 ))
+else
+step "(b)+(c) cause, contention, A/Bs (gpu_issue14.py)"
 PYTHONUNBUFFERED=1 python3 scripts/gpu_issue14.py --out /tmp/gpuslo-i14 --until $(( t0 + run_s - 20 )) "$@"
 rc=$?
+fi
 tar czf "$out/issue14.tgz" -C /tmp gpuslo-i14
 uptime
 step "done: e2e exit status $e2e_rc, issue14 exit status $rc"
