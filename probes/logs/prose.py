@@ -42,6 +42,7 @@ _ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STAT
                           r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
+_NESTED_QUOTE = re.compile(r"^\s*>\s*>")  # a reply quoting a quote: "> > ggml_cuda_init: failed to ..."
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
 # a number written as a placeholder: "XX.XX MiB", "XXXX bytes (total YYYY bytes)"
@@ -79,6 +80,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     """True when the family's start token at `line.text[start:end]` sits in prose rather than in a log line."""
     if _SOURCE_LINE.match(line.text):
         return True  # a traceback's source line (`raise RuntimeError(f"NCCL error: {error_str}")`), prefix or not
+    if _NESTED_QUOTE.match(line.raw):
+        return True  # a reply that quotes an earlier comment's quotation (a pasted log is quoted once: "> [09/17/..")
     if line.text != line.raw.rstrip("\r\n"):
         return False  # the normaliser stripped a log prefix: a log line
     text = line.text
