@@ -26,6 +26,7 @@ _MORE_STATUSES: dict[str, tuple[str, int]] = {
     "api call is not supported in the installed cuda driver": ("cudaErrorCallRequiresNewerDriver", 36),
     "initialization error": ("cudaErrorInitializationError", 3),
     "driver shutting down": ("cudaErrorCudartUnloading", 4),
+    "invalid argument": ("cudaErrorInvalidValue", 1),
 }
 
 

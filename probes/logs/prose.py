@@ -72,8 +72,10 @@ _ADDRESSED = re.compile(r"\b[Yy]ou(?:\s+(?:(?:also|still|just|then|now|only|have
                         r"(?:encountered|saw|got|hit|met|observed|reported|are (?:seeing|getting|hitting))"
                         r"|['’]re (?:seeing|getting|hitting))\b")
 # a commit or pull-request title: "[LEP-42] fix(xid): detect ... as XID 79", "feat: ..."
-_COMMIT_TITLE = re.compile(r"^\s*(?:\[[^\]]+\]\s*)?(?:fix|feat|chore|docs|refactor|test|perf|ci|build|revert)"
-                           r"(?:\([^)]*\))?!?:\s")
+_COMMIT_TITLE = re.compile(r"^\s*(?:\[[^\]]+\]\s*)?(?:[Ff]ix|[Ff]eat|chore|docs|refactor|test|perf|ci|build|revert)"
+                           r"(?:\([^)]*\))?!?:\s")  # "Fix: torch.AcceleratorError: ..." too (titles are capitalised)
+# markdown emphasis opening a quotation: **"Unable to determine the device handle ..."** (no log line starts so)
+_EMPHASIS_QUOTE = re.compile(r"^\s*(?:\*{1,2}|_{2})\s*[\"'“‘`]")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
@@ -123,6 +125,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True
     if _QUOTED_HEAD.search(head) and _WORD.search(head):
         return True  # `the message` quoted inside a sentence
+    if _EMPHASIS_QUOTE.match(head):
+        return True  # a bold or italic quotation: someone highlighting the message they saw
     if head.lstrip().startswith(("“", "‘", "«")):
         return True  # typographic quotes open a quotation; no log line starts with one
     if _open_quote(head) and len(_WORD.findall(head)) >= 2:
