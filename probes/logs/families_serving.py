@@ -115,7 +115,9 @@ SERVING_FAMILIES: tuple[Family, ...] = (
 # literals every match of each start contains (catalog.py's `needs`)
 NEEDS: dict[str, tuple[str, ...]] = {
     "ft_runtime_error": ("][ERROR] CUDA runtime error: ",),
-    "ggml_cuda_abort": (": CUDA error",),
-    "located_cuda_text": (".cu:", ".cuh:", ".cc:", ".cpp:", ".c:", ".h:", ".hpp:"),
+    "ggml_cuda_abort": ("ggml-cuda.cu:",),
+    # the texts' heads, not the locations (glog prints "file.cc:399]" on every line): the regex runs only on a
+    # line that holds one of the texts it ends with
+    "located_cuda_text": tuple(sorted({t[:12] for t in _TEXTS} | {t.lower()[:12] for t in _TEXTS})),
 }
 __all__ = ["NEEDS", "SERVING_FAMILIES"]
