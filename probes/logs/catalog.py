@@ -22,6 +22,8 @@ from gpuslo.probes.logs.families_generic import _DISTINCT, GENERIC_FAMILIES
 from gpuslo.probes.logs.families_loss import LOSS_FAMILIES
 from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, NCCL_WARN
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
+from gpuslo.probes.logs.families_serving import NEEDS as SERVING_NEEDS
+from gpuslo.probes.logs.families_serving import SERVING_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
 from gpuslo.probes.logs.prefilter import ahocorasick_rs
 
@@ -70,8 +72,8 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 def _families() -> tuple[Family, ...]:
     rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
-            *CHECK_FAMILIES, *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *CUDA_FAMILIES_AFTER, *LOSS_FAMILIES,
-            *GENERIC_FAMILIES)
+            *CHECK_FAMILIES, *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *SERVING_FAMILIES, *CUDA_FAMILIES_AFTER,
+            *LOSS_FAMILIES, *GENERIC_FAMILIES)
     assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
     return (capture, *rest)
@@ -138,7 +140,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "library_number": (" failure", " error", " Error", " ERROR"),
     "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
     "any_xid": ("XID", "Xid"),
-    "allocation_failed": ("o allocate", "annot allocate", "llocation "), **CHECK_NEEDS,
+    "allocation_failed": ("o allocate", "annot allocate", "llocation "), **CHECK_NEEDS, **SERVING_NEEDS,
     "collective_timed_out": ("imed out", "imeout", "imed  out", "imedout", "ime out", "imeOut"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())

@@ -42,6 +42,7 @@ _ERROR_NAMES = re.compile(r"\b(?:cuda|hip)Error\w+|\bCUDA_ERROR_\w+|\bCUDNN_STAT
                           r"|\bnccl[A-Z]\w*Error\b|\bCUBLAS_STATUS_\w+")
 PLAIN_WORDS = 4  # this many plain words in front of the token, with no log structure, make a sentence
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
+_NESTED_QUOTE = re.compile(r"^\s*>\s*>")  # a reply quoting a quote: "> > ggml_cuda_init: failed to ..."
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
 # a number written as a placeholder: "XX.XX MiB", "XXXX bytes (total YYYY bytes)"
@@ -71,14 +72,18 @@ _ADDRESSED = re.compile(r"\b[Yy]ou(?:\s+(?:(?:also|still|just|then|now|only|have
                         r"(?:encountered|saw|got|hit|met|observed|reported|are (?:seeing|getting|hitting))"
                         r"|['’]re (?:seeing|getting|hitting))\b")
 # a commit or pull-request title: "[LEP-42] fix(xid): detect ... as XID 79", "feat: ..."
-_COMMIT_TITLE = re.compile(r"^\s*(?:\[[^\]]+\]\s*)?(?:fix|feat|chore|docs|refactor|test|perf|ci|build|revert)"
-                           r"(?:\([^)]*\))?!?:\s")
+_COMMIT_TITLE = re.compile(r"^\s*(?:\[[^\]]+\]\s*)?(?:[Ff]ix|[Ff]eat|chore|docs|refactor|test|perf|ci|build|revert)"
+                           r"(?:\([^)]*\))?!?:\s")  # "Fix: torch.AcceleratorError: ..." too (titles are capitalised)
+# markdown emphasis opening a quotation: **"Unable to determine the device handle ..."** (no log line starts so)
+_EMPHASIS_QUOTE = re.compile(r"^\s*(?:\*{1,2}|_{2})\s*[\"'“‘`]")
 
 
 def is_prose(line: Line, start: int, end: int) -> bool:
     """True when the family's start token at `line.text[start:end]` sits in prose rather than in a log line."""
     if _SOURCE_LINE.match(line.text):
         return True  # a traceback's source line (`raise RuntimeError(f"NCCL error: {error_str}")`), prefix or not
+    if _NESTED_QUOTE.match(line.raw):
+        return True  # a reply that quotes an earlier comment's quotation (a pasted log is quoted once: "> [09/17/..")
     if line.text != line.raw.rstrip("\r\n"):
         return False  # the normaliser stripped a log prefix: a log line
     text = line.text
@@ -120,6 +125,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True
     if _QUOTED_HEAD.search(head) and _WORD.search(head):
         return True  # `the message` quoted inside a sentence
+    if _EMPHASIS_QUOTE.match(head):
+        return True  # a bold or italic quotation: someone highlighting the message they saw
     if head.lstrip().startswith(("“", "‘", "«")):
         return True  # typographic quotes open a quotation; no log line starts with one
     if _open_quote(head) and len(_WORD.findall(head)) >= 2:
