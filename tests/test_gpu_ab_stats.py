@@ -142,3 +142,44 @@ def test_the_h200_recording_names_every_long_ioctl_on_the_real_driver_by_its_nvi
     assert ioctl["pass"] and ioctl["nvidia_named_as_kernel"] == 0
     assert ioctl["driver_named"] == ioctl["long_ioctls"] == 8
     assert all(i["kind"] == "ioctl" and i["detail"].startswith("ioctl on /dev/nvidia") for i in ioctl["longest"])
+
+
+SECOND = RECORDING.with_name("h200-itl-overhead-cycles-2.json")
+
+
+def test_the_second_h200_run_gives_its_stored_figures_and_fails_the_rule_alone():
+    run = json.loads(SECOND.read_text())["itl_ab"]
+    found = analyse(run["blocks"])
+    assert found == run["figures"]
+    assert found["out"]["ab"]["rounds"] == 62 and "in" not in found
+    assert found["verdict"]["decided_by"] == "ab" and not found["verdict"]["below_2pct_shown"]  # upper 2.32 %
+    assert {c["clock"]["sm_mhz"] for c in run["cycles"]} == {1980} and run["lost"] == 0
+
+
+def test_the_registered_pooled_verdict_of_both_h200_runs_shows_the_itl_cost_under_two_per_cent():
+    # docs/notes/stop26-itl-prereg.md: the out cycles of both runs pooled; AB's upper bound decides when AA's
+    # interval holds 0
+    from gpu_itl_pool import load, runs_blocks
+
+    runs = [load(RECORDING), load(SECOND)]
+    pooled = analyse(runs_blocks(runs))
+    assert pooled["out"]["ab"]["rounds"] == 45 + 62
+    aa = pooled["out"]["aa"]["ci95_pct"]
+    assert aa[0] <= 0 <= aa[1]
+    assert pooled["verdict"] == {"aa_holds_zero": True, "decided_by": "ab",
+                                 "upper_pct": pooled["out"]["ab"]["ci95_pct"][1], "below_2pct_shown": True}
+    assert pooled["out"]["ab"]["ci95_pct"][1] < 2.0 < pooled["out"]["did"]["ci95_pct"][1]  # the DiD does not decide
+
+
+def test_runs_blocks_never_pairs_cycles_of_two_runs():
+    one = {"blocks": [{"cycle": 0, "client": "out", "slot": "X2", "values": [1.0]},
+                      {"cycle": 1, "client": "out", "slot": "X2", "values": [1.0]}]}
+    two = {"blocks": [{"cycle": 0, "client": "out", "slot": "Y1", "values": [2.0]}]}
+    from gpu_itl_pool import runs_blocks
+
+    assert [b["cycle"] for b in runs_blocks([one, two])] == [0, 1, 2]
+
+
+def test_the_second_run_names_every_long_ioctl_on_the_real_driver_by_its_nvidia_file():
+    ioctl = json.loads(SECOND.read_text())["ioctl_real_driver"]
+    assert ioctl["pass"] and ioctl["nvidia_named_as_kernel"] == 0 and ioctl["driver_named"] == ioctl["long_ioctls"]
