@@ -38,6 +38,37 @@ class Cause:
     group_key: str
     bad: int
     share: float  # of the window's error budget
+    stall_layer: str | None = None  # a stall violation's worst stall: its dominant layer
+    stall_cluster: str | None = None  # and its cluster (`attribution.cluster`), where the node named one
+
+    @property
+    def stall_cause(self) -> str | None:
+        """What budget-by-stall-cause groups this cause under: the stall's cluster, else its dominant layer."""
+        return self.stall_cluster or (f"{self.stall_layer} (dominant layer)" if self.stall_layer else None)
+
+
+def stall_of(explanation: Any) -> tuple[str | None, str | None]:
+    """(dominant layer, cluster) of a stored explanation's worst stall attribution; (None, None) without one."""
+    found = explanation.get("attribution") if isinstance(explanation, dict) else None
+    if not isinstance(found, dict):
+        return None, None
+    features = found.get("features")
+    layer, cluster = found.get("dominant"), features.get("cluster") if isinstance(features, dict) else None
+    return (layer if isinstance(layer, str) else None), (cluster if isinstance(cluster, str) and cluster else None)
+
+
+def by_stall_cause(causes: Sequence[Cause]) -> list[dict[str, Any]]:
+    """Budget spent per stall cause, largest first: the causes that are stall violations, summed by stall_cause.
+    A bad request charged to two violations counts in both (as in the causes themselves)."""
+    found: dict[str, list[float]] = {}
+    for cause in causes:
+        if cause.stall_cause is not None:
+            sums = found.setdefault(cause.stall_cause, [0, 0.0, 0])
+            sums[0] += cause.bad
+            sums[1] += cause.share
+            sums[2] += 1
+    return [{"stall_cause": name, "bad": int(bad), "share": round(share, 4), "violations": int(count)}
+            for name, (bad, share, count) in sorted(found.items(), key=lambda kv: (-kv[1][1], kv[0]))]
 
 
 @dataclass(frozen=True)
@@ -91,7 +122,9 @@ class SloGroup:
             "as_of": self.as_of_minute * BUCKET_S}
         if causes:
             out["causes"] = [{"rule_id": c.rule_id, "violation_id": c.violation_id, "group_key": c.group_key,
-                              "bad": c.bad, "share": round(c.share, 4)} for c in self.causes]
+                              "bad": c.bad, "share": round(c.share, 4), "stall_layer": c.stall_layer,
+                              "stall_cluster": c.stall_cluster} for c in self.causes]
+            out["by_stall_cause"] = by_stall_cause(self.causes)
             out["unattributed"] = self.unattributed
         return out
 
@@ -114,7 +147,8 @@ def slo_groups(session: Session, slis: Sequence[Sli]) -> list[SloGroup]:
 
 
 def causes_of(session: Session, group: SloGroup, limit: int = 50) -> tuple[Cause, ...]:
-    """Budget spent by cause over the group's window: per violation, its bad requests and share of the budget."""
+    """Budget spent by cause over the group's window: per violation, its bad requests and share of the budget, and
+    for a stall violation the dominant layer and cluster of its worst stall."""
     first = window_start_minute(group.sli, group.as_of_minute)
     rows = session.execute(
         select(_C.violation_id, _V.rule_id, _V.group_key, func.sum(_C.bad).label("bad"))
@@ -122,9 +156,15 @@ def causes_of(session: Session, group: SloGroup, limit: int = 50) -> tuple[Cause
         .where(_C.slo_id == group.sli.slo_id, _C.group_key == group.group_key, _C.minute >= first,
                _C.minute <= group.as_of_minute)
         .group_by(_C.violation_id, _V.rule_id, _V.group_key).order_by(func.sum(_C.bad).desc(), _C.violation_id)
-        .limit(limit))
+        .limit(limit)).all()
+    explanations: dict[int, Any] = {}
+    if rows:
+        for violation_id, explanation in session.execute(
+                select(_V.id, _V.explanation).where(_V.id.in_([r.violation_id for r in rows]))):
+            explanations[int(violation_id)] = explanation
     budget = group.budget
-    return tuple(Cause(r.rule_id, r.violation_id, r.group_key, int(r.bad), int(r.bad) / budget if budget else 0.0)
+    return tuple(Cause(r.rule_id, r.violation_id, r.group_key, int(r.bad), int(r.bad) / budget if budget else 0.0,
+                       *stall_of(explanations.get(r.violation_id)))
                  for r in rows)
 
 

@@ -8,10 +8,13 @@ import random
 from datetime import timedelta
 
 import pytest
+from slo_support import RULEBOOK as RULEBOOK_TEXT
 from slo_support import T0, brute_counts, fragmentation, measured_rulebook, request
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from gpuslo.engine.events import format_time, parse_event
+from gpuslo.engine.rulebook import load_rulebook_text
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.slo import report, store
 from gpuslo.engine.slo.attribution import OpenViolation, covers
@@ -196,3 +199,67 @@ def test_the_compiled_upsert_stores_what_the_statement_per_call_stored(database,
     assert {key[1] for key in compiled} == {"slo_buckets", "slo_hours", "slo_days", "slo_causes"}
     assert {key[0] for key in compiled} == {database.engine.dialect.name}
     assert all(store._UPSERTS[key] is found for key, found in compiled.items())
+
+
+STALL_RULE = """\
+  - id: stall
+    title: stalled stream
+    slo: itl
+    severity: warning
+    when: {event: token_stall, if: gap_ms > 200ms}
+    group_by: [host, gpu]
+    summary: stall
+    remediation: none
+"""
+
+
+def _stall(at_s, host, gpu, dominant, cluster=None):
+    attrs = {"gap_ms": 450.0, "token_index": 10, "attribution.dominant": dominant, f"attribution.{dominant}_ms": 400.0,
+             "attribution.unattributed_ms": 50.0, "attribution.coverage": 0.89}
+    if cluster:
+        attrs["attribution.cluster"] = cluster
+    return parse_event({"id": f"stall-{host}-{gpu}-{at_s}", "kind": "token_stall", "host": host, "gpu": gpu,
+                        "time": format_time(T0 + timedelta(seconds=at_s)), "attrs": attrs})
+
+
+def test_budget_by_stall_cause_names_each_stall_violations_cluster_or_dominant_layer(database):
+    """Stall violations on three GPUs (one clustered as GPU contention, one only with a dominant layer) and a
+    fragmentation violation: each cause carries its worst stall's layer and cluster, and the budget spent per
+    stall cause sums the stall causes' bad requests; the fragmentation cause has none."""
+    rulebook = load_rulebook_text(RULEBOOK_TEXT.format(window="28d", target=0.99, extra="") + STALL_RULE,
+                                  "slo-test.yaml")
+    events = [_stall(100, "node-1", 0, "gpu", "gpu-contention-by-another-process"),
+              _stall(110, "node-1", 1, "gpu", "gpu-contention-by-another-process"),
+              _stall(120, "node-2", 0, "scheduler"), fragmentation(130, "node-3", 0)]
+    rng = random.Random(3)
+    places = [("node-1", 0), ("node-1", 1), ("node-2", 0), ("node-3", 0)]
+    for i in range(200):
+        host, gpu = places[i % 4]
+        events.append(request(200 + rng.uniform(0, 3000), rng.random() < 0.5, host=host, gpu=gpu))
+    events.sort(key=lambda e: e.time)
+    evaluator = RuleEvaluator(lateness_s=1e9)
+    evaluator.load([rulebook])
+    with database.session() as session:
+        repository.store_events(session, events)
+    sli = rulebook.slos["itl"].indicator
+    for i in range(0, len(events), 40):
+        result = evaluator.evaluate_batch(events[i:i + 40])
+        with database.session() as session:
+            violations.record(session, result.matches, now=T0)
+            record_sli(session, result.sli, [sli.alert_rule_id(a) for a in sli.policy])
+    with database.session(readonly=True) as session:
+        (group,) = report.slo_groups(session, [sli])
+        causes = report.causes_of(session, group)
+    by_place = {c.group_key: (c.rule_id, c.stall_layer, c.stall_cluster) for c in causes}
+    assert by_place == {"host=node-1,gpu=0": ("stall", "gpu", "gpu-contention-by-another-process"),
+                        "host=node-1,gpu=1": ("stall", "gpu", "gpu-contention-by-another-process"),
+                        "host=node-2,gpu=0": ("stall", "scheduler", None),
+                        "host=node-3,gpu=0": ("frag", None, None)}
+    shown = report.SloGroup(**{**group.__dict__, "causes": causes}).to_dict(causes=True)
+    stall = {c.group_key: c for c in causes if c.rule_id == "stall"}
+    contention = stall["host=node-1,gpu=0"].bad + stall["host=node-1,gpu=1"].bad
+    assert [(s["stall_cause"], s["bad"], s["violations"]) for s in shown["by_stall_cause"]] == [
+        ("gpu-contention-by-another-process", contention, 2),
+        ("scheduler (dominant layer)", stall["host=node-2,gpu=0"].bad, 1)]
+    assert shown["by_stall_cause"][0]["share"] == pytest.approx(
+        stall["host=node-1,gpu=0"].share + stall["host=node-1,gpu=1"].share, abs=1e-4)

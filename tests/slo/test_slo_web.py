@@ -59,8 +59,12 @@ def test_detail_names_the_causes(replayed):
     assert {"fragmentation-high", "fragmentation-then-stall", "token-stall"} <= rules
     assert not any(r.endswith(("-burn-page", "-burn-ticket")) for r in rules)  # burn alerts are no cause
     for cause in body["causes"]:
-        assert set(cause) == {"rule_id", "violation_id", "group_key", "bad", "share"}
+        assert set(cause) == {"rule_id", "violation_id", "group_key", "bad", "share", "stall_layer", "stall_cluster"}
         assert cause["share"] == round(cause["bad"] / (0.01 * body["total"]), 4)
+    stalls = {c["rule_id"]: c["stall_layer"] for c in body["causes"] if c["stall_layer"]}
+    # the example's stalls carry no attribution, so no cause has a stall cause (test_slo_store checks those that do)
+    assert stalls == {}
+    assert {s["stall_cause"] for s in body["by_stall_cause"]} == {f"{v} (dominant layer)" for v in stalls.values()}
     assert body["unattributed"] == 0.0  # fragmentation was open on vm GPU 0 before the first slow request
     assert client.get("/api/v1/slos/nope", environ_base=LOOPBACK).status_code == 404
 
