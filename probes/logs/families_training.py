@@ -11,7 +11,8 @@ Each family reads a format, not one report's text:
   DistriOptimizer); "Loss is nan, stopping training" stays with families_loss.py.
 - TensorFlow/XLA's status spelled "Resource exhausted: Failed to allocate request for 48.00MiB (50331648B) on device
   ordinal 0" (the PJRT client of jaxlib before the RESOURCE_EXHAUSTED spelling; "Resource exhausted: OOM when
-  allocating" stays with TensorFlow's family).
+  allocating" stays with TensorFlow's family), and XLA's "INTERNAL: Failed to allocate 98697216 bytes for new constant"
+  (the device had no room for a compiled program's constants: an OOM).
 - ProcessGroupNCCL's bootstrap through the c10d store: "[3] is setting up NCCL communicator and retrieving
   ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: <why>". A timeout
   ("Timeout waiting for key: default_pg/0/0 after 1800000 ms") is the store's wait timing out (nccl_timeout, as
@@ -76,6 +77,7 @@ TRAINING_FAMILIES: tuple[Family, ...] = (
     Family("nan_iterations", _c(r"number of nan iterations:\s*[1-9]"), _nan_iterations),
     Family("loss_is_nonfinite", _c(r"\bLoss is (?:NaN|nan|-?Infinity|-?inf)\.(?=\s|$)"), _loss_is),
     Family("xla_resource_exhausted", _c(r"Resource exhausted: (?:[Ff]ailed to allocate|[Oo]ut of memory)"), _xla_oom),
+    Family("xla_constant_alloc", _c(r"INTERNAL: Failed to allocate \d+ bytes for new constant"), _xla_oom),
     # "Socket Timeout" stays with families_nccl.py's store_timeout
     Family("store_get_failed", _c(_STORE_GET + r"(?!Socket Timeout)"), _store_get),
 )
@@ -83,5 +85,6 @@ TRAINING_FAMILIES: tuple[Family, ...] = (
 NEEDS: dict[str, tuple[str, ...]] = {
     "jax_nonfinite": ("FloatingPointError: invalid value",), "nan_iterations": ("number of nan iterations",),
     "loss_is_nonfinite": ("Loss is ",), "xla_resource_exhausted": ("Resource exhausted: ",),
+    "xla_constant_alloc": ("bytes for new constant",),
     "store_get_failed": ("is setting up NCCL communicator",),
 }

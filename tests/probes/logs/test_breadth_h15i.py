@@ -50,6 +50,9 @@ def test_the_old_xla_resource_exhausted_spelling_is_an_oom_with_its_bytes():
              "exhausted: OOM when allocating tensor with shape[2,480,640,66] and type float on "
              "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
     assert tf.labels["family"] == "tf_oom"
+    # octo-models/octo#22: no room for a compiled program's constants
+    constant = one("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to allocate 83886080 bytes for new constant")
+    assert (constant.kind, constant.attrs["requested_bytes"]) == ("cuda_oom", 83886080)
     # the word took SXid's place: every SXid line still holds "Xid"
     assert b"Resource exhausted" in TRIGGER_WORDS and b"SXid" not in TRIGGER_WORDS and b"Xid" in TRIGGER_WORDS
     assert one("nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 12028, Non-fatal, Link 55 egress non-posted PRIV error "
