@@ -36,8 +36,10 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # at most 32 (the crate's Slim Teddy, 18 ms per 100 MB each) read a chunk in ~36 ms; 33+ words in one automaton
 # switch it to Fat Teddy (twice as slow) and a third automaton costs another 18-45 ms (bench/logs.py 0.69 -> 0.62).
 # Words that another word covers by construction are left out: CUBLAS_STATUS_/CUDNN_STATUS_ hold "_STATUS_", "SXid"
-# holds "Xid" (h15i gave its place to TensorFlow/XLA's "Resource exhausted: Failed to allocate request ..."), dmesg's
-# "NVRM: API mismatch" and the kernel's "GPU has fallen off the bus" hold "VRM" (a tool that relays the latter names its
+# holds "Xid" (h15i gave its place to TensorFlow/XLA's "Resource exhausted: Failed to allocate request ..."; every
+# "NCCL communicator was aborted" line of the corpus and tests also holds "Error" or "Watchdog", so h15i gave
+# "L communicator"'s place to NCCL 2.0's "WARN C"), dmesg's "NVRM: API mismatch" and the kernel's "GPU has fallen off
+# the bus" hold "VRM" (a tool that relays the latter names its
 # "Xid"/"XID" 79), vLLM's "Free memory on device ..." and "No available memory for the cache blocks" are raised as
 # ValueError (so printed after "ValueError: ", which holds "Error"), nvidia-smi's "device handle for GPU ...: GPU is
 # lost / Unknown Error" holds "U is lost" / "Error", and "Out of " covers "Out of memory" and "Out of GPU memory". The
@@ -50,7 +52,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"Received a dump signal",
     b"G status", b"Heartbeat", b"THC", b"Resource exhausted", b"L WARN", b"V cache is needed", b"L operation",
     b"L work",
-    b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"L communicator", b"Error",
+    b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"WARN C", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
     b"NV_ERR_", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
     b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid loss",

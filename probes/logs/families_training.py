@@ -13,6 +13,8 @@ Each family reads a format, not one report's text:
   ordinal 0" (the PJRT client of jaxlib before the RESOURCE_EXHAUSTED spelling; "Resource exhausted: OOM when
   allocating" stays with TensorFlow's family), and XLA's "INTERNAL: Failed to allocate 98697216 bytes for new constant"
   (the device had no room for a compiled program's constants: an OOM).
+- NCCL 2.0-2.2 (Horovod's era) WARNs without the word NCCL ("host:pid:tid [3] include/socket.h:194 WARN Call to recv
+  failed : Connection reset by peer"), read as NCCL WARNs.
 - ProcessGroupNCCL's bootstrap through the c10d store: "[3] is setting up NCCL communicator and retrieving
   ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: <why>". A timeout
   ("Timeout waiting for key: default_pg/0/0 after 1800000 ms") is the store's wait timing out (nccl_timeout, as
@@ -25,6 +27,7 @@ from __future__ import annotations
 import re
 
 from gpuslo.probes.logs.families_loss import _step, _value
+from gpuslo.probes.logs.families_nccl import _warn
 from gpuslo.probes.logs.families_oom import _xla_oom
 from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _int
 
@@ -72,8 +75,19 @@ def _store_get(text: str) -> Found | None:
                                 "detail": why.split(". ", 1)[0].strip()}, rank=rank)
 
 
+# NCCL 2.0-2.2 (Horovod's era) printed WARN without the word NCCL: "host:pid:tid [3] include/socket.h:194 WARN Call to
+# recv failed : Connection reset by peer"; the normaliser has taken the prefix (pid, GPU) off, the source location
+# opens the text
+_OLD_WARN = re.compile(r"^[\w./-]+\.(?:h|cc|cu|c|cpp):\d+ WARN (?=C)")
+
+
+def _old_warn(text: str) -> Found | None:
+    return _warn(_OLD_WARN.sub("NCCL WARN ", text, count=1))
+
+
 TRAINING_FAMILIES: tuple[Family, ...] = (
     Family("jax_nonfinite", _JAX_NONFINITE, _jax_nonfinite),
+    Family("nccl_warn_unprefixed", _OLD_WARN, _old_warn),
     Family("nan_iterations", _c(r"number of nan iterations:\s*[1-9]"), _nan_iterations),
     Family("loss_is_nonfinite", _c(r"\bLoss is (?:NaN|nan|-?Infinity|-?inf)\.(?=\s|$)"), _loss_is),
     Family("xla_resource_exhausted", _c(r"Resource exhausted: (?:[Ff]ailed to allocate|[Oo]ut of memory)"), _xla_oom),
@@ -83,7 +97,8 @@ TRAINING_FAMILIES: tuple[Family, ...] = (
 )
 # the literals every match of each start holds (catalog.py's _NEEDS)
 NEEDS: dict[str, tuple[str, ...]] = {
-    "jax_nonfinite": ("FloatingPointError: invalid value",), "nan_iterations": ("number of nan iterations",),
+    "jax_nonfinite": ("FloatingPointError: invalid value",), "nccl_warn_unprefixed": (" WARN C",),
+    "nan_iterations": ("number of nan iterations",),
     "loss_is_nonfinite": ("Loss is ",), "xla_resource_exhausted": ("Resource exhausted: ",),
     "xla_constant_alloc": ("bytes for new constant",),
     "store_get_failed": ("is setting up NCCL communicator",),

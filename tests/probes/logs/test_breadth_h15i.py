@@ -131,3 +131,15 @@ def test_a_nan_gradient_on_one_rank_is_the_root_of_the_store_and_watchdog_cascad
         ("loss_nonfinite", 0, "root"), ("nccl_error", 3, "cascade"), ("nccl_timeout", 1, "cascade")]
     cascade = analyze_cascade(found)
     assert cascade is not None and cascade.root is found[0] and len(cascade.cascades) == 2
+
+
+def test_nccl_2_0_warns_without_the_word_nccl_read_as_nccl_warns():
+    """Horovod-era NCCL (horovod/horovod#210, heldout15): "host:pid:tid [3] include/socket.h:194 WARN Call to recv
+    failed : ..." — the NCCL prefix gives pid and GPU, the WARN text its result; a level word in other logs is not."""
+    reset = one("ml-gpu-ser021:2211:2301 [2] include/socket.h:194 WARN Call to recv failed : Connection reset by peer")
+    assert (reset.kind, reset.gpu, reset.pid, reset.attrs["error_name"]) == ("nccl_error", 2, 2211, "ncclRemoteError")
+    refused = one("node3:7001:7090 [1] include/socket.h:361 WARN Connect to 10.0.0.7<41234> failed : Connection "
+                  "refused")
+    assert (refused.gpu, refused.attrs["error_name"]) == (1, "ncclSystemError")
+    assert events("2024-05-01 10:00:00 WARN Client session timed out, have not heard from server in 20001ms") == []
+    assert b"WARN C" in TRIGGER_WORDS and b"L communicator" not in TRIGGER_WORDS
