@@ -24,6 +24,8 @@ from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, 
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
 from gpuslo.probes.logs.families_serving import NEEDS as SERVING_NEEDS
 from gpuslo.probes.logs.families_serving import SERVING_FAMILIES
+from gpuslo.probes.logs.families_training import NEEDS as TRAINING_NEEDS
+from gpuslo.probes.logs.families_training import TRAINING_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
 from gpuslo.probes.logs.prefilter import ahocorasick_rs
 
@@ -35,8 +37,11 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # branch at every occurrence of its first byte. No word is a prefix of another. At most 64 words: two automata of
 # at most 32 (the crate's Slim Teddy, 18 ms per 100 MB each) read a chunk in ~36 ms; 33+ words in one automaton
 # switch it to Fat Teddy (twice as slow) and a third automaton costs another 18-45 ms (bench/logs.py 0.69 -> 0.62).
-# Words that another word covers by construction are left out: CUBLAS_STATUS_/CUDNN_STATUS_ hold "_STATUS_", dmesg's
-# "NVRM: API mismatch" and the kernel's "GPU has fallen off the bus" hold "VRM" (a tool that relays the latter names its
+# Words that another word covers by construction are left out: CUBLAS_STATUS_/CUDNN_STATUS_ hold "_STATUS_", "SXid"
+# holds "Xid" (h15i gave its place to TensorFlow/XLA's "Resource exhausted: Failed to allocate request ..."; every
+# "NCCL communicator was aborted" line of the corpus and tests also holds "Error" or "Watchdog", so h15i gave
+# "L communicator"'s place to NCCL 2.0's "WARN C"), dmesg's "NVRM: API mismatch" and the kernel's "GPU has fallen off
+# the bus" hold "VRM" (a tool that relays the latter names its
 # "Xid"/"XID" 79), vLLM's "Free memory on device ..." and "No available memory for the cache blocks" are raised as
 # ValueError (so printed after "ValueError: ", which holds "Error"), nvidia-smi's "device handle for GPU ...: GPU is
 # lost / Unknown Error" holds "U is lost" / "Error", and "Out of " covers "Out of memory" and "Out of GPU memory". The
@@ -47,8 +52,9 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 TRIGGER_WORDS: tuple[bytes, ...] = (
     b"UDA", b"U is lost", b") failed with error ", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
     b"Received a dump signal",
-    b"G status", b"Heartbeat", b"THC", b"SXid", b"L WARN", b"V cache is needed", b"L operation", b"L work",
-    b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"L communicator", b"Error",
+    b"G status", b"Heartbeat", b"THC", b"Resource exhausted", b"L WARN", b"V cache is needed", b"L operation",
+    b"L work",
+    b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"WARN C", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
     b"NV_ERR_", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
     b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid loss",
@@ -73,7 +79,7 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 def _families() -> tuple[Family, ...]:
     rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
             *CHECK_FAMILIES, *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *SERVING_FAMILIES, *CUDA_FAMILIES_AFTER,
-            *LOSS_FAMILIES, *GENERIC_FAMILIES)
+            *LOSS_FAMILIES, *TRAINING_FAMILIES, *GENERIC_FAMILIES)
     assert len({f.name for f in rest}) == len(rest)
     capture = Family("capture_failed", re.compile(r"[Cc]apture cuda graph failed:"), _capture_failed(rest))
     return (capture, *rest)
@@ -141,6 +147,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
     "any_xid": ("XID", "Xid"),
     "allocation_failed": ("o allocate", "annot allocate", "llocation "), **CHECK_NEEDS, **SERVING_NEEDS,
+    **TRAINING_NEEDS,
     "collective_timed_out": ("imed out", "imeout", "imed  out", "imedout", "ime out", "imeOut"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())

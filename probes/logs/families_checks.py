@@ -130,6 +130,9 @@ def _driver_number(text: str) -> Found | None:
 # supported") print them
 _CUBLAS_TEXTS = {
     "the library was not initialized": "NOT_INITIALIZED", "resource allocation failed": "ALLOC_FAILED",
+    # cublasGetStatusString's wording of two of them (TransformerEngine's "cuBLAS Error: ...")
+    "the resource allocation failed": "ALLOC_FAILED",
+    "an unsupported value or parameter was passed to the function": "INVALID_VALUE",
     "an invalid numeric value was used as an argument": "INVALID_VALUE",
     "an absent device architectural feature is required": "ARCH_MISMATCH",
     "an access to gpu memory space failed": "MAPPING_ERROR", "the gpu program failed to execute": "EXECUTION_FAILED",
@@ -186,7 +189,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "thrust_error": ("thrust::system::", " failed"), "terminate_cuda": ("terminate called after throwing",),
     "deepspeed_gemm": ("!!!! kernel execution error",), "cudacheck": ("Cuda error ",), "cuda_at_line": (" at line ",),
     "cuda_driver_number": ("Cuda driver error ",), "cuda_sample_check": ("(error code ",),
-    "cublas_text": ("cublas runtime error", "cuBLAS Error", "CUBLAS RUNTIME ERROR", "cuBLAS error"),
+    "cublas_text": ("cublas runtime error", "cuBLAS Error", "CUBLAS RUNTIME ERROR", "cuBLAS error", "CUBLAS Error"),
 }
 # the prefilter's words for these lines (catalog.py): each led by a byte that is rare in log text
 # ("'thrust::" is on the terminate line a thrust what() follows; a what() alone is not read)

@@ -88,9 +88,11 @@ def _anomaly(text: str) -> Found:
 
 
 # NaN only: a loss printed as `inf` is left to the families above (the prefilter has no cheap word for it)
-# Lightning's progress bar prints "train_loss_step=nan.0"
-_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[-]))'?((?:[A-Za-z][\w.]*[ _])?(?:[Ll]oss(?:_step|_epoch)?|grad[ _]norm))'?"
-                     r"\s*[:=]\s*(?:nan|NaN)(?:\.0+)?(?!\w|\.\d)")
+# Lightning's progress bar prints "train_loss_step=nan.0"; verl's step line "critic/vf_loss:nan - critic/grad_norm:nan"
+_METRIC = re.compile(r"(?:^|(?<=[\s,|{(\[/-]))'?((?:[A-Za-z][\w.]*[ _])?(?:[Ll]oss(?:_[a-z]+)?|grad[ _]norm))'?"
+                     r"\s*[:=]\s*(?:nan|NaN)(?:\.0+)?(?!\w|\.\d)"
+                     # then what a record prints next (its end, a separator, the next key), not a sentence's words
+                     r"(?=\s*(?:$|[,|\]}\-;()'\"]|[\w/.]+\s*[:=]))")
 
 
 # ... and in words: "Training loss at epoch 25 - nan", "Training batch 64 ends with loss NaN."

@@ -184,6 +184,9 @@ _GLUED_RECORD = re.compile(r"(?:(?<=[.!])\s|(?<=\]))(?=\[(?:rank\d+\]:\[)?[EWIF]
 _PASTED_RECORD = re.compile(r"\s*`+ ?(?=[^`\n]{0,300}?(?:[A-Za-z]:)?[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py)[:(]\d+)")
 
 
+_PLAIN_WORD = re.compile(r"\b[A-Za-z][a-z']+\b")
+
+
 def _inline_code(part: str) -> list[str]:
     opened = _PASTED_RECORD.match(part)
     if opened:  # "` onnx runtime error 6: ... einsum_auxiliary_ops.cc:298 ... CUDA failure 1: ...`"
@@ -191,6 +194,10 @@ def _inline_code(part: str) -> list[str]:
     at = part.find("`")
     if at < 0 or not any(p.match(part, at + 1) for p in _PREFIXES):
         return [part]
+    close = part.find("`", at + 1)
+    if part[:at].strip() and close > 0 and len(_PLAIN_WORD.findall(part[close + 1:])) >= 8:
+        return [part]  # a record quoted inside a sentence that goes on: "I encountered a `[rank0]:[E1010 ...] ...`,
+        # when training a LLaVA model with ..." (prose.py reads the whole sentence)
     return [part[:at], part[at + 1:]] if part[:at].strip() else [part[at + 1:]]
 
 

@@ -23,7 +23,8 @@ _STRUCTURED_HEAD = re.compile(
     r"|^\s*\{\"[\w.@-]+\":"  # a JSON log record ({"time": ..., "msg": ...})
     r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|(?:[A-Za-z]:)?[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
-    r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d)")  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
+    r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d"  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
+    r"|^\s*[\w/.]+:-?\d[\w.+-]*\s+-\s+[\w/.]+:)")  # verl's "step:12 - critic/kl:-0.000 - critic/vf_loss:nan"
 # weaker marks of structure, which a long sentence can also hold ("... nvidia-smi outputs the following error: ...")
 _WEAK_HEAD = re.compile(r"=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:")
 LONG_SENTENCE = 8  # plain words in front of the token that outweigh a weak mark
@@ -153,11 +154,14 @@ def _quoted_exception(before: str) -> bool:
     RuntimeError: CUDA error: ... is a common issue"): a sentence that quotes it."""
     if _ARTICLE_END.search(before) and len(_WORD.findall(before)) >= 3:
         return True  # "... it would trigger a RuntimeError: CUDA error: ...": an article makes it a noun
+    if _SENTENCES.fullmatch(before) and len(_WORD.findall(before)) >= PLAIN_WORDS:
+        return True  # whole sentences, then the exception: "..., and meet the underflow issues. Exception: ..."
     return bool(_SENTENCE_START.fullmatch(before)) and (
         len(_WORD.findall(before)) >= 2 or before.strip().lower() in _ARTICLES)
 
 
 _ARTICLE_END = re.compile(r"(?:^|\s)(?:a|an|the)\s*$")
+_SENTENCES = re.compile(r"\s*[A-Za-z][A-Za-z',; ]*(?:[.!?]\s+[A-Za-z][A-Za-z',; ]*)*[.!?]\s*")
 
 
 # a quote after a space or an opener opens; after `=` it is a logfmt value (`condition="..."`), not a quotation

@@ -28,11 +28,12 @@ from gpuslo.probes.logs.parser import LogParser, ParserSettings
 
 CORPUS = Path(__file__).parent / "corpus"
 # every excerpt of these gives exactly its events (test_corpus.py)
-SPLITS = ("tune", "heldout", "tune-h15b", "tune-h15d", "tune-h15e", "tune-h15h")
+SPLITS = ("tune", "heldout", "tune-h15b", "tune-h15d", "tune-h15e", "tune-h15h", "tune-h15i")
 # these keep their misses (their first runs are beside them)
 REPORTED = (*SPLITS, "heldout2", "heldout-nan", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "tune-h15d-2",
-            "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "heldout19", "heldout19b")
+            "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "heldout19", "heldout19b",
+            "heldout20", "heldout20b")
 READ_TIME = datetime(2025, 3, 1, tzinfo=UTC)
 ENVELOPE = ("gpu", "rank", "pid", "gpu_uuid", "job")
 
