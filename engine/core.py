@@ -67,6 +67,8 @@ class Gpuslo:
                     refill=self.engine_store.refill, max_ahead_s=settings.max_clock_skew_seconds,
                     quarantine=self.engine_store.quarantine))
         self.ingest = Ingest(database, metrics, self.runtime.submit, settings.max_clock_skew_seconds)
+        if isinstance(self.runtime, EngineProcess):
+            self.ingest.submit_bodies = self.runtime.submit_bodies
         self.rulebooks = Rulebooks(settings, database, self.runtime, self.slos.stored_buckets)
         self.lifecycle = Lifecycle(changes, self.rulebooks.quiet_by_rule)
         self.queries = Queries(database)

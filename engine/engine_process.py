@@ -1,11 +1,15 @@
 """The engine in a process of its own (setting `engine_process`): ingest and the web in one process, evaluation,
 its store writes and the outbox rows in a child, so that the two use two cores instead of sharing one GIL.
 
-The queue between them is the events table: ingest stores each event (processed_at NULL) and commits before it
-acks, then writes one byte to a wake-up pipe; the child's engine reads the stored-but-unevaluated events back,
-oldest first (the refill that the embedded engine uses after an overflow or a restart), and marks them processed
-in the transaction that stores what they produced. So an acked event survives kill -9 of either process, and a
-killed child's batch is rolled back whole and evaluated once by the next child. The parent supervises: a child
+The durable queue is the events table: ingest stores each event (processed_at NULL) and commits before it
+acks; the engine marks events processed in the transaction that stores what they produced. After the commit
+ingest hands the new events' canonical bodies (the stored text, built before the transaction anyway) to a
+sender thread, which writes them to the child over a socket; the child parses them and queues them as the
+embedded engine's queue does. Whatever does not reach the child's queue (the sender's bound or the child's queue
+full, a child that died or is starting) stays stored and unprocessed, and the child reads it back oldest first
+(the refill the embedded engine uses after an overflow or a restart), queueing nothing newer until then. So an
+acked event survives kill -9 of either process, and a killed child's batch is rolled back whole and evaluated
+once by the next child. The parent supervises: a child
 that dies is started again (with back-off), /healthz reports it, and close() stops it cleanly.
 
 The parent keeps an engine that is loaded but never started: it validates each rulebook load (a refused
@@ -16,6 +20,7 @@ rulebooks the parent chose, sent over the control socket.
 from __future__ import annotations
 
 import copyreg
+import gc
 import io
 import logging
 import os
@@ -30,19 +35,23 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+import orjson
 from sqlalchemy import text
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.engine_health import STALE_S, EngineHealth
 from gpuslo.engine.engine_thread import Runtime
-from gpuslo.engine.events import Event
+from gpuslo.engine.errors import EventError
+from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.slo.counter import SloSeed
+from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 
 log = logging.getLogger(__name__)
+_GC_THRESHOLDS = (2000, 10, 100)  # cli/serve.py's GC_THRESHOLDS (not imported: that pulls in the web)
 _REPORT_S = 0.5  # the child reports its health this often
 _UNPROCESSED = text("SELECT 1 FROM events WHERE processed_at IS NULL LIMIT 1")
 Done = Callable[[Sequence[str], Sequence[str], float], None]
@@ -77,10 +86,14 @@ class EngineProcess:
         self._settings, self._database, self._metrics = settings, database, metrics
         self.evaluator = RuleEvaluator(metrics=None)  # validates loads and tells the SLIs; never evaluates
         self._rulebooks: tuple[Rulebook, ...] = ()
-        self._lock = threading.Lock()  # the wake-up pipe and the control socket's sends
+        self._lock = threading.Lock()  # the control socket's sends
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: Connection | None = None
-        self._wake_fd = -1
+        # Bodies waiting for the sender thread; past the engine queue's size they are dropped (they are stored)
+        # and the child is told to read the backlog first.
+        self._pending: list[str] = []
+        self._overflow = False
+        self._ready = threading.Condition()
         self._report: tuple[float, bool, str | None, int] | None = None  # (at, ok, reason, queue depth)
         self._crash: str | None = None
         self._stop = threading.Event()
@@ -107,6 +120,7 @@ class EngineProcess:
     def start(self) -> None:
         self._spawn()
         self._supervisor.start()
+        threading.Thread(target=self._send_events, name="gpuslo-engine-feed", daemon=True).start()
 
     def report_done(self, on_done: Done) -> None:
         """Ask the child to report every stored batch (bench/engine.py's latency); off unless asked."""
@@ -116,15 +130,36 @@ class EngineProcess:
             self._send(("report_done",))
 
     def submit(self, events: Sequence[Event]) -> int:
-        """Wake the child: the events are stored and it reads them back. A full pipe already holds a wake-up."""
-        if events:
+        """Hand stored events to the child (ingest passes the bodies it stored to submit_bodies instead)."""
+        return self.submit_bodies(repository.event_bodies(events)) if events else 0
+
+    def submit_bodies(self, bodies: Sequence[str]) -> int:
+        """Queue the canonical bodies of stored events for the child; never blocks on the child. Returns how
+        many were queued (the others are read back from the database)."""
+        if not bodies:
+            return 0
+        with self._ready:
+            if len(self._pending) + len(bodies) > self._settings.engine_queue_size:
+                self._pending.clear()  # all of them stay stored: the child reads them back in order
+                self._overflow = True
+                self._ready.notify()
+                return 0
+            self._pending += bodies
+            self._ready.notify()
+        return len(bodies)
+
+    def _send_events(self) -> None:
+        """The sender thread: pending bodies to the child, one message per wake-up, as a JSON array."""
+        while not self._stop.is_set():
+            with self._ready:
+                self._ready.wait_for(lambda: self._pending or self._overflow or self._stop.is_set(), timeout=1.0)
+                bodies, overflow = self._pending, self._overflow
+                self._pending, self._overflow = [], False
+            if not (bodies or overflow):
+                continue
+            payload = b"E" + (b"P" if overflow else b"-") + ("[" + ",".join(bodies) + "]").encode()
             with self._lock:
-                if self._wake_fd >= 0:
-                    try:
-                        os.write(self._wake_fd, b"w")
-                    except (BlockingIOError, BrokenPipeError):
-                        pass  # a wake-up is pending, or the child is gone and the next one reads the backlog
-        return len(events)
+                self._send_raw(payload)
 
     def health(self) -> EngineHealth:
         proc, report, crash = self._proc, self._report, self._crash
@@ -156,10 +191,12 @@ class EngineProcess:
                     return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.005)
+            time.sleep(0.01)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        with self._ready:
+            self._ready.notify_all()
         with self._lock:
             self._send(("stop",))
         proc = self._proc
@@ -183,9 +220,12 @@ class EngineProcess:
 
     def _send(self, message: tuple[object, ...]) -> bool:
         """Under self._lock. A child that is gone misses it; the next one gets the state at its start."""
+        return self._send_raw(_dumps(message))
+
+    def _send_raw(self, data: bytes) -> bool:
         if self._control is not None and self._crash is None:
             try:
-                self._control.send_bytes(_dumps(message))
+                self._control.send_bytes(data)
                 return True
             except OSError:
                 pass
@@ -193,18 +233,15 @@ class EngineProcess:
 
     def _spawn(self) -> None:
         parent_end, child_end = socket.socketpair()
-        wake_read, wake_write = os.pipe()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "gpuslo.engine.engine_process", str(child_end.fileno()),
-                                     str(wake_read)], pass_fds=(child_end.fileno(), wake_read), env=env)
+            proc = subprocess.Popen([sys.executable, "-m", "gpuslo.engine.engine_process", str(child_end.fileno())],
+                                    pass_fds=(child_end.fileno(),), env=env)
         finally:
             child_end.close()
-            os.close(wake_read)
-        os.set_blocking(wake_write, False)
         with self._lock:
             self._close_pipes()
-            self._proc, self._control, self._wake_fd = proc, Connection(parent_end.detach()), wake_write
+            self._proc, self._control = proc, Connection(parent_end.detach())
             self._report, self._crash = None, None
             self._send(("start", self._settings, self._loads, self._rulebooks, self._report_done))
 
@@ -212,9 +249,6 @@ class EngineProcess:
         if self._control is not None:
             self._control.close()
             self._control = None
-        if self._wake_fd >= 0:
-            os.close(self._wake_fd)
-            self._wake_fd = -1
 
     def _supervise(self) -> None:
         """Read the child's reports; start a new child when it dies, with back-off."""
@@ -259,7 +293,7 @@ class EngineProcess:
 
 # The child.
 
-def _child(control: Connection, wake_fd: int) -> None:
+def _child(control: Connection) -> None:
     from gpuslo.engine.alerts import load_alerts_config
     from gpuslo.engine.services.changes import Notifier
     from gpuslo.engine.services.slos import Slos
@@ -290,19 +324,13 @@ def _child(control: Connection, wake_fd: int) -> None:
     runtime = Runtime(sink=sink, queue_size=settings.engine_queue_size, metrics=metrics, refill=store.refill,
                       max_ahead_s=settings.max_clock_skew_seconds, quarantine=store.quarantine)
     runtime.load(rulebooks, slos.stored_buckets)
+    # What `gpuslo serve` does once it is up (cli/serve.py, tune_gc_after_startup): the start-up objects out of
+    # the cyclic GC's scans, and collections less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLDS)
     runtime.start()  # it reads the stored, unevaluated events first
     stop = threading.Event()
-
-    def wake() -> None:
-        while not stop.is_set():
-            try:
-                data = os.read(wake_fd, 4096)
-            except OSError:
-                data = b""
-            if not data:  # the parent is gone
-                stop.set()
-                return
-            runtime.poke()
 
     def report() -> None:
         while not stop.wait(_REPORT_S):
@@ -312,16 +340,19 @@ def _child(control: Connection, wake_fd: int) -> None:
             except OSError:
                 stop.set()
 
-    for target in (wake, report):
-        threading.Thread(target=target, daemon=True).start()
+    threading.Thread(target=report, daemon=True).start()
     health = runtime.health()
     send(("loaded", loads))
     send(("health", health.ok, health.reason, 0))
     while not stop.is_set():
         try:
-            message = pickle.loads(control.recv_bytes())
-        except (EOFError, OSError):
+            data = control.recv_bytes()
+        except (EOFError, OSError):  # the parent is gone
             break
+        if data[:1] == b"E":
+            _queue_bodies(runtime, data)
+            continue
+        message = pickle.loads(data)
         if message[0] == "stop":
             break
         if message[0] == "load":
@@ -337,9 +368,26 @@ def _child(control: Connection, wake_fd: int) -> None:
     database.dispose()
 
 
+def _queue_bodies(runtime: Runtime, data: bytes) -> None:
+    """Queue the events of one message from the parent: b"E", b"P" (read the backlog first) or b"-", and the
+    stored bodies as a JSON array. A body that does not parse (it was checked at ingest) is read back by the
+    refill, which quarantines it."""
+    if data[1:2] == b"P":
+        runtime.poke()
+    events, unreadable = [], False
+    for body in orjson.loads(data[2:]):
+        try:
+            events.append(parse_event(body))
+        except EventError:
+            unreadable = True
+    if unreadable:
+        runtime.poke()
+    runtime.submit(events)
+
+
 def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s engine-process %(levelname)s %(name)s: %(message)s")
-    _child(Connection(int(argv[1])), int(argv[2]))
+    _child(Connection(int(argv[1])))
     return 0
 
 

@@ -150,3 +150,18 @@ def test_close_stops_the_child(database, rules):
     assert proc is not None
     core.close()
     assert proc.returncode == 0
+
+
+def test_events_beyond_the_queues_are_read_back_from_the_database(database, rules):
+    """A queue of 5 in the child and a sender bound of 5 in the parent: POSTs of 25 overflow both; every event
+    is still evaluated once, from the database."""
+    core = Gpuslo.open(Settings(database_url=database.url, rules_dir=rules, engine_process=True,
+                                engine_queue_size=5))
+    try:
+        _wait_healthy(core)
+        for start in range(0, 100, 25):
+            assert core.ingest([_event(i) for i in range(start, start + 25)]).count("accepted") == 25
+        assert core.wait_idle(30)
+        assert _occurrences(core) == 100 and _unprocessed(core) == 0
+    finally:
+        core.close()
