@@ -316,8 +316,9 @@ def ratio_line(figures: dict[str, Any]) -> str:
 def run_line(figures: dict[str, Any], run: dict[str, Any]) -> str:
     """One run of (c) and (d) with its engine mode, as ratios to this run's (b)."""
     b = figures["ab"]["b_events_per_s"]
-    cb = {name: (f"{part['events_per_s'] / b:.3f} ({part['events_per_s']:,.0f} ev/s)" if "events_per_s" in part
-                 else "n/a") for name, part in run["c"].items()}
+    cb = {name: (f"{part['events_per_s'] / b:.3f} ({part['events_per_s']:,.0f} ev/s; CPU µs/event server "
+                 f"{part['server_cpu_us_per_event']:.0f}, engine process {part['engine_cpu_us_per_event']:.0f})"
+                 if "events_per_s" in part else "n/a") for name, part in run["c"].items()}
     wrong = [p.get("mismatch") for p in (*run["c"].values(), run["d"], run["d_fleet"]) if p.get("mismatch")]
     return (f"{'process ' if run['engine_process'] else 'embedded'} c/b_sqlite={cb['sqlite']} "
             f"c/b_pg={cb['postgresql']} d_fleet p50/p99={run['d_fleet']['p50_ms']:.1f}/"

@@ -25,6 +25,7 @@ import io
 import logging
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -117,10 +118,15 @@ class EngineProcess:
                                                   timeout=30):
                 log.warning("the engine process did not confirm a rulebook load within 30 s")
 
-    def start(self) -> None:
+    def start(self, ready_s: float = 30.0) -> None:
+        """Start the child and wait (up to `ready_s`) for its first report, so that a core that is open
+        evaluates, as embedded; events ingested before that are stored and read back by the child."""
         self._spawn()
         self._supervisor.start()
         threading.Thread(target=self._send_events, name="gpuslo-engine-feed", daemon=True).start()
+        deadline = time.monotonic() + ready_s
+        while self._report is None and self._crash is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def report_done(self, on_done: Done) -> None:
         """Ask the child to report every stored batch (bench/engine.py's latency); off unless asked."""
@@ -386,6 +392,8 @@ def _queue_bodies(runtime: Runtime, data: bytes) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
+    # Ctrl-C reaches the whole process group; the parent decides when the engine stops (close() sends "stop").
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s engine-process %(levelname)s %(name)s: %(message)s")
     _child(Connection(int(argv[1])))
     return 0
