@@ -165,3 +165,31 @@ def test_events_beyond_the_queues_are_read_back_from_the_database(database, rule
         assert _occurrences(core) == 100 and _unprocessed(core) == 0
     finally:
         core.close()
+
+
+def test_events_past_the_sender_bound_keep_their_order_and_the_stored_counts_match_a_reference(database, rules):
+    """test_engine_queue_order's scenario across the process boundary: POSTs of 15 with a bound of 10 overflow
+    the parent's sender, so they are read back from the database; the child evaluates everything once, in
+    arrival order, and an order-sensitive count (oom-storm) stores what a reference evaluation gives."""
+    from test_engine_queue_order import _ooms, _reference, _stored
+
+    core = Gpuslo.open(Settings(database_url=database.url, rules_dir=rules, engine_process=True,
+                                engine_queue_size=10))
+    evaluated: list[str] = []
+    try:
+        _wait_healthy(core)
+        _engine(core).report_done(lambda ids, _raised, _at: evaluated.extend(ids))
+        time.sleep(0.2)  # the child reads "report_done" before the first batch
+        first, second = _ooms(0, 15), _ooms(15, 15, offset_s=600)
+        assert core.ingest(first).count("accepted") == 15
+        assert core.ingest(second).count("accepted") == 15
+        assert core.wait_idle(30)
+        reference = _reference(rules, first + second)
+        assert reference == {"oom-storm": 10, "cuda-oom": 30}
+        assert _stored(core) == reference
+        deadline = time.monotonic() + 5
+        while len(evaluated) < 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert evaluated == [item["id"] for item in first + second]  # arrival order, each once
+    finally:
+        core.close()
