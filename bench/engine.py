@@ -268,8 +268,11 @@ def machine() -> str:
 
 def mismatches(figures: dict[str, Any]) -> list[str]:
     """Every part whose stored occurrences differ from the reference evaluation of the same events, and how."""
-    parts = [(f"(c) {name}", part) for name, part in figures["c"].items()]
-    parts += [("(d) stress", figures["d"]), ("(d) fleet mix", figures["d_fleet"])]
+    parts = []
+    for run in figures.get("runs") or [figures]:
+        mode = " (engine process)" if run.get("engine_process") else ""
+        parts += [(f"(c) {name}{mode}", part) for name, part in run["c"].items()]
+        parts += [(f"(d) stress{mode}", run["d"]), (f"(d) fleet mix{mode}", run["d_fleet"])]
     return [f"{label}: {part['mismatch']}" for label, part in parts if part.get("mismatch")]
 
 
@@ -311,6 +314,19 @@ def ratio_line(figures: dict[str, Any]) -> str:
             f"d_fleet_p99={figures['d_fleet']['p99_ms']:.0f}ms d_stress_p99={d['p99_ms']:.0f}ms "
             f"e_growth={e['growth_mb']:.0f}MB exact={'yes' if not mismatches(figures) else 'NO'} "
             f"load={figures.get('load', '?')}")
+
+
+def run_line(figures: dict[str, Any], run: dict[str, Any]) -> str:
+    """One run of (c) and (d) with its engine mode, as ratios to this run's (b)."""
+    b = figures["ab"]["b_events_per_s"]
+    cb = {name: (f"{part['events_per_s'] / b:.3f} ({part['events_per_s']:,.0f} ev/s; CPU µs/event server "
+                 f"{part['server_cpu_us_per_event']:.0f}, engine process {part['engine_cpu_us_per_event']:.0f})"
+                 if "events_per_s" in part else "n/a") for name, part in run["c"].items()}
+    wrong = [p.get("mismatch") for p in (*run["c"].values(), run["d"], run["d_fleet"]) if p.get("mismatch")]
+    return (f"{'process ' if run['engine_process'] else 'embedded'} c/b_sqlite={cb['sqlite']} "
+            f"c/b_pg={cb['postgresql']} d_fleet p50/p99={run['d_fleet']['p50_ms']:.1f}/"
+            f"{run['d_fleet']['p99_ms']:.1f}ms d_stress p50/p99={run['d']['p50_ms']:.1f}/{run['d']['p99_ms']:.1f}ms "
+            f"exact={'yes' if not wrong else 'NO'} load={run['load']}")
 
 
 def markdown(figures: dict[str, Any], command: str) -> str:
@@ -451,6 +467,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite bench/RESULTS.md")
     parser.add_argument("--no-capacity", action="store_true", help="skip the capacity search of (d)")
+    parser.add_argument("--engine-process", choices=("off", "on", "both"), default="off",
+                        help="(c) and (d) with the engine in the server's process (off), in a child process (on; the "
+                             "setting engine_process), or both, alternating embedded, process, embedded, process")
+    parser.add_argument("--no-memory", action="store_true", help="skip (e) (the evaluator alone; no HTTP)")
     parser.add_argument("--memory-only", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # summary fallbacks and per-batch logs are not what is measured
@@ -465,24 +485,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     memory_count = 50_000 if quick else 1_000_000
     print(f"(a)/(b) engine: {'15,000' if quick else '100,000'} events ...", flush=True)
     figures["ab"] = engine_parts(rulebooks, 15_000 if quick else 100_000, 2 if quick else 3)
-    print(f"(c) HTTP ingest: {'5,000' if quick else '50,000'} events per database ...", flush=True)
-    figures["c"] = engine_http.ingest_parts(ROOT / "rules", 5_000 if quick else 50_000)
-    print("(d) latency at 1,000 events/s ...", flush=True)
-    figures["d"] = engine_http.latency_part(ROOT / "rules", 2.0 if quick else 20.0)
-    figures["d_fleet"] = engine_http.latency_part(ROOT / "rules", 2.0 if quick else 20.0, stream="fleet")
+    modes = {"off": [False], "on": [True], "both": [False, True, False, True]}[args.engine_process]
+    figures["engine_process"] = args.engine_process
+    runs: list[dict[str, Any]] = []
+    for in_process in modes:
+        engine_http.ENGINE_PROCESS = in_process
+        label = "engine process" if in_process else "embedded engine"
+        print(f"(c) HTTP ingest ({label}): {'5,000' if quick else '50,000'} events per database ...", flush=True)
+        run = {"engine_process": in_process, "load": uptime(),
+               "c": engine_http.ingest_parts(ROOT / "rules", 5_000 if quick else 50_000)}
+        print(f"(d) latency at 1,000 events/s ({label}) ...", flush=True)
+        run["d"] = engine_http.latency_part(ROOT / "rules", 2.0 if quick else 20.0)
+        run["d_fleet"] = engine_http.latency_part(ROOT / "rules", 2.0 if quick else 20.0, stream="fleet")
+        runs.append(run)
+    figures.update({key: runs[-1][key] for key in ("c", "d", "d_fleet")})
+    figures["runs"] = runs
     if not (quick or args.no_capacity):
         print("(d) capacity: the highest rate at p99 <= 50 ms ...", flush=True)
         figures["capacity"] = {stream: capacity_part(ROOT / "rules", stream, 6.0) for stream in ("fleet", "incidents")}
-    print(f"(e) memory: {memory_count:,} never-completing events ...", flush=True)
-    figures["e"] = memory_in_subprocess(memory_count, timeout=600 if quick else 1800)
+    if args.no_memory:
+        figures["e"] = {"growth_mb": float("nan"), "start_rss_mb": float("nan"), "end_rss_mb": float("nan"),
+                        "held_at_end": 0, "events": 0, "events_per_s": 0.0, "samples": [], "skipped": True}
+    else:
+        print(f"(e) memory: {memory_count:,} never-completing events ...", flush=True)
+        figures["e"] = memory_in_subprocess(memory_count, timeout=600 if quick else 1800)
     figures["wall_s"] = time.perf_counter() - started
     figures["load_end"] = uptime()
-    if not (quick or args.no_write):  # the file keeps the figures of a full run; --quick is the smoke check
+    # The file keeps the figures of a full run in one mode; --quick is the smoke check.
+    if not (quick or args.no_write or args.no_memory or args.engine_process == "both"):
         write_results(markdown(figures, "python bench/engine.py"))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
     for name, (text, met) in verdicts(figures).items():
         print(f"{name:10} {text}  {'ok' if met else 'SHORT'}")
+    for run in runs if len(runs) > 1 else []:
+        print(run_line(figures, run))
     print(ratio_line(figures))
     wrong = mismatches(figures)
     if wrong:  # a benchmark of a service that stores the wrong violations measures nothing

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from sqlalchemy import func, select
 from gpuslo.cli.serve import create_wsgi_server, tune_gc_after_startup
 from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
+from gpuslo.engine.engine_process import EngineProcess
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.store.models import ViolationRow
@@ -35,12 +37,21 @@ from gpuslo.web import create_app
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+# The engine's mode for the servers below: in the server's process (the default) or in a child process of its
+# own (the setting engine_process; engine/engine_process.py). bench/engine.py --engine-process sets it.
+ENGINE_PROCESS = False
+
+
 @contextmanager
 def serving(database_url: str, rules_dir: Path) -> Iterator[tuple[Gpuslo, str]]:
     """A Gpuslo core and its web app on waitress at a free port; yields (core, base URL)."""
     # One client stands in for a fleet here, so the per-client ingest rate limit is off (0 = none).
-    settings = Settings(database_url=database_url, rules_dir=rules_dir, port=0, ingest_requests_per_second=0.0)
+    settings = Settings(database_url=database_url, rules_dir=rules_dir, port=0, ingest_requests_per_second=0.0,
+                        engine_process=ENGINE_PROCESS)
     core = Gpuslo.open(settings)
+    ready = time.monotonic() + 60  # the engine process starts in a second or so: time it only once it runs
+    while not core.engine_health().ok and time.monotonic() < ready:
+        time.sleep(0.02)
     server = create_wsgi_server(create_app(settings, core=core), settings)
     tune_gc_after_startup()  # as `gpuslo serve` does once it is up
     thread = threading.Thread(target=server.run, name="bench-waitress", daemon=True)
@@ -127,15 +138,29 @@ def ingest_bodies(database_url: str, rules_dir: Path, bodies: Sequence[bytes], e
                   batch: int) -> dict[str, Any]:
     """(c) on one database with pre-encoded bodies of `events` events in all."""
     with serving(database_url, rules_dir) as (core, base), posting_process(base, bodies) as send:
+        child = core.runtime.pid if isinstance(core.runtime, EngineProcess) else None
+        cpu_before = process_cpu_s(os.getpid()), process_cpu_s(child)
         started = clock()
         posted = send(started)
         wait_for_engine(core, timeout=max(60.0, events / 200))
         finished = clock()
+        server_cpu, child_cpu = process_cpu_s(os.getpid()) - cpu_before[0], process_cpu_s(child) - cpu_before[1]
         violations, occurrences = stored(core)
         by_rule = stored_by_rule(core)
     return {"events": events, "batch": batch, "seconds": finished - started,
             "events_per_s": events / (finished - started), "ingest_events_per_s": events / (posted - started),
-            "violations": violations, "occurrences": occurrences, "stored_by_rule": by_rule}
+            "violations": violations, "occurrences": occurrences, "stored_by_rule": by_rule,
+            # CPU of the server's process (every thread) and of the engine process, per event: with a core
+            # each, the larger bounds the rate (the database server's own CPU is not counted).
+            "server_cpu_us_per_event": 1e6 * server_cpu / events, "engine_cpu_us_per_event": 1e6 * child_cpu / events}
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (every thread), from /proc; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ingest_parts(rules_dir: Path, count: int, batch: int = 500) -> dict[str, Any]:
@@ -181,22 +206,33 @@ def latency_part(rules_dir: Path, seconds: float, stream: str = "incidents", rat
     with tempfile.TemporaryDirectory(prefix="gpuslo-bench-") as folder, \
             serving(f"sqlite:///{folder}/bench.db", rules_dir) as (core, base), \
             posting_process(base, bodies, interval_s=interval_s) as send:
-        record = core.runtime._sink  # noqa: SLF001  # the core's own sink: it commits the violation rows
+        if isinstance(core.runtime, EngineProcess):  # the child reports each committed batch back
+            def reported(ids: Sequence[str], raising: Sequence[str], finished: float) -> None:
+                for event_id in ids:
+                    done[event_id] = finished
+                raised.update(raising)
 
-        def timed(result: EngineResult) -> None:
-            record(result)
-            finished = clock()
-            for event in result.events:
-                done[event.id] = finished
-            batch = {event.id for event in result.events}
-            raised.update(e.id for m in result.matches for e in m.explanation.evidence if e.id in batch)
+            core.runtime.report_done(reported)
+        else:
+            record = core.runtime._sink  # noqa: SLF001  # the core's own sink: it commits the violation rows
 
-        core.runtime._sink = timed  # noqa: SLF001
+            def timed(result: EngineResult) -> None:
+                record(result)
+                finished = clock()
+                for event in result.events:
+                    done[event.id] = finished
+                batch = {event.id for event in result.events}
+                raised.update(e.id for m in result.matches for e in m.explanation.evidence if e.id in batch)
+
+            core.runtime._sink = timed  # noqa: SLF001
         start = clock() + 0.05
         # The client process posts body i at start + i * interval_s (or late, when it falls behind).
         scheduled = {item["id"]: start + (index // per_post) * interval_s for index, item in enumerate(items)}
         sent = send(start)
         wait_for_engine(core, timeout=max(120.0, len(items) / 50))
+        reports_due = time.monotonic() + 5  # the engine process's last report may still be on its way
+        while len(done) < len(items) and time.monotonic() < reports_due:
+            time.sleep(0.01)
         violations, occurrences = stored(core)
         by_rule = stored_by_rule(core)
     if len(done) != len(items):

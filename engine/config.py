@@ -25,6 +25,9 @@ class Settings:
     max_body_bytes: int = 8 * 1024 * 1024
     max_events_per_request: int = 10_000
     engine_queue_size: int = 10_000
+    # The engine (evaluation, its store writes, the outbox rows) in a child process fed from the stored,
+    # unevaluated events, so that ingest and the engine use two cores (engine/engine_process.py).
+    engine_process: bool = False
     max_clock_skew_seconds: float = 60.0  # ingest refuses event times further ahead of the server's clock
     rules_poll_seconds: float = 2.0
     secret_key: str = field(default="", repr=False)

@@ -15,6 +15,7 @@ from gpuslo.engine.alerts.alertmanager import AlertmanagerReceiver, Alertmanager
 from gpuslo.engine.alerts.delivery_metrics import DeliveryMetrics
 from gpuslo.engine.config import Settings
 from gpuslo.engine.engine_health import EngineHealth
+from gpuslo.engine.engine_process import EngineProcess
 from gpuslo.engine.engine_thread import Runtime
 from gpuslo.engine.errors import FieldProblem
 from gpuslo.engine.events import Event
@@ -60,10 +61,14 @@ class Gpuslo:
         changes = Changes(database, notify)
         self.slos = Slos(database, lambda: self.runtime.evaluator.slo.slis)
         self.engine_store = EngineStore(database, metrics, notify, self.slos.burn_rules)
-        self.runtime = Runtime(sink=self.engine_store.record, queue_size=settings.engine_queue_size,
-                               metrics=metrics, refill=self.engine_store.refill,
-                               max_ahead_s=settings.max_clock_skew_seconds, quarantine=self.engine_store.quarantine)
+        self.runtime: Runtime | EngineProcess = (
+            EngineProcess(settings, database, metrics) if settings.engine_process else
+            Runtime(sink=self.engine_store.record, queue_size=settings.engine_queue_size, metrics=metrics,
+                    refill=self.engine_store.refill, max_ahead_s=settings.max_clock_skew_seconds,
+                    quarantine=self.engine_store.quarantine))
         self.ingest = Ingest(database, metrics, self.runtime.submit, settings.max_clock_skew_seconds)
+        if isinstance(self.runtime, EngineProcess):
+            self.ingest.submit_bodies = self.runtime.submit_bodies
         self.rulebooks = Rulebooks(settings, database, self.runtime, self.slos.stored_buckets)
         self.lifecycle = Lifecycle(changes, self.rulebooks.quiet_by_rule)
         self.queries = Queries(database)

@@ -85,6 +85,13 @@ class Runtime:
         self._wake.set()
         return queued
 
+    def poke(self) -> None:
+        """New events are stored: read them back from the database (the engine process's queue is the events
+        table; engine/engine_process.py)."""
+        with self._lock:
+            self._backlog = self._refill is not None
+        self._wake.set()
+
     def health(self) -> EngineHealth:
         """Whether the engine is evaluating now, and if not, why (for /healthz)."""
         return self.health_state.report(self._thread.is_alive() and not self._stop.is_set())

@@ -59,6 +59,9 @@ class Ingest:
         # Fleet mode: new events go to the bus (JetStream's ack says accepted or duplicate) instead of the
         # database and the local engine (docs/fleet.md).
         self.publish: Callable[[Sequence[Event]], list[str]] | None = None
+        # The engine in a process of its own (engine/engine_process.py) takes the new events' stored bodies,
+        # already built for the insert, instead of the events.
+        self.submit_bodies: Callable[[Sequence[str]], object] | None = None
 
     def rejected(self, kind: str, problem: FieldProblem, count: int = 1) -> None:
         """Count refused items (also called by the web layer for NDJSON lines that are not JSON)."""
@@ -84,15 +87,16 @@ class Ingest:
 
     def _store(self, valid: list[tuple[int, Event]], results: list[IngestResult | None]) -> None:
         events = [event for _, event in valid]
+        bodies: list[str] | None = None
         if self.publish is not None:  # a bus that does not ack fails the request (503): nothing was refused
             statuses: list[str | FieldProblem] = list(self.publish(events))
         else:
-            statuses = self._store_batch(events)
-        self._count(valid, statuses, results)
-
-    def _store_batch(self, events: list[Event]) -> list[str | FieldProblem]:
-        try:
             bodies = repository.event_bodies(events)  # built before the transaction takes SQLite's write lock
+            statuses = self._store_batch(events, bodies)
+        self._count(valid, statuses, results, bodies)
+
+    def _store_batch(self, events: list[Event], bodies: list[str]) -> list[str | FieldProblem]:
+        try:
             with self._database.session() as session:
                 return list(repository.store_events(session, events, bodies=bodies))
         except Exception as exc:  # noqa: BLE001  # whatever the driver raises, the events are retried alone
@@ -100,10 +104,10 @@ class Ingest:
             return self._store_each(events, exc)
 
     def _count(self, valid: list[tuple[int, Event]], statuses: Sequence[str | FieldProblem],
-               results: list[IngestResult | None]) -> None:
-        fresh = []
+               results: list[IngestResult | None], bodies: Sequence[str] | None = None) -> None:
+        fresh, fresh_bodies = [], []
         counted: Counter[tuple[str, str]] = Counter()  # one metric update per kind and status, not per event
-        for (index, event), status in zip(valid, statuses, strict=True):
+        for position, ((index, event), status) in enumerate(zip(valid, statuses, strict=True)):
             if isinstance(status, FieldProblem):
                 results[index] = IngestResult(index, event.id, REJECTED, (status,))
                 self.rejected(event.kind, status)
@@ -112,6 +116,8 @@ class Ingest:
             counted[event.kind, status] += 1
             if status == ACCEPTED:
                 fresh.append(event)
+                if bodies is not None:
+                    fresh_bodies.append(bodies[position])
         for (kind, status), count in counted.items():
             if status == ACCEPTED:
                 self._metrics.events_accepted.labels(kind).inc(count)
@@ -120,7 +126,11 @@ class Ingest:
             else:
                 self._metrics.events_rejected.labels(kind, "conflict").inc(count)
         self._metrics.signals.observe(fresh)  # token-latency and fragmentation series for /metrics
-        if self.publish is None:
+        if self.publish is not None:
+            return
+        if self.submit_bodies is not None and fresh:
+            self.submit_bodies(fresh_bodies if bodies is not None else repository.event_bodies(fresh))
+        else:
             self._submit(fresh)
 
     def _store_each(self, events: Sequence[Event], batch_error: Exception) -> list[str | FieldProblem]:
