@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 STREAM = "GPUSLO_EVENTS"
 BUCKET = "GPUSLO_FLEET"
 ROUTES_KEY = "routes"
+LOADS_KEY = "loads"
 T = TypeVar("T")
 
 
@@ -130,6 +131,30 @@ class Bus:
             info = await self._js.stream_info(STREAM)
             return str(info.cluster.leader) if info.cluster else ""
         return str(self._retry(leader, "reading the stream's leader"))
+
+    def subject_counts(self) -> dict[str, int]:
+        """The messages the stream holds per subject (the partitions' recent load; subjects without any absent)."""
+        async def counts() -> dict[str, int]:
+            info = await self._js.stream_info(STREAM, subjects_filter=f"{SUBJECT_ROOT}.>")
+            return {str(k): int(v) for k, v in (info.state.subjects or {}).items()}
+        return dict(self._retry(counts, "reading the stream's subject counts", attempts=2))
+
+    def put_loads(self, data: bytes) -> None:
+        """The partitions' loads the fleet shares its partitions by (ownership.assign), written by one worker."""
+        async def put() -> None:
+            kv = await self._js.key_value(BUCKET)
+            await kv.put(LOADS_KEY, data)
+        self._retry(put, "writing the partitions' loads", attempts=2)
+
+    def loads(self) -> bytes | None:
+        async def get() -> bytes | None:
+            kv = await self._js.key_value(BUCKET)
+            try:
+                entry = await kv.get(LOADS_KEY)
+            except KeyNotFoundError:
+                return None
+            return entry.value
+        return self._retry(get, "reading the partitions' loads", attempts=2)  # type: ignore[no-any-return]
 
     def put_routes(self, table: RoutingTable) -> None:
         async def put() -> None:
