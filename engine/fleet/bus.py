@@ -62,14 +62,19 @@ class Bus:
         self._thread.start()
         self._timeout = timeout_s
         self.servers = list(servers)
+        self.connection_generation = 0  # counts disconnects: a Reader's consumer from before one is dropped
         try:
             self._nc = self._run(nats.connect(list(servers), name=name, max_reconnect_attempts=-1,
                                               reconnect_time_wait=0.5, connect_timeout=2,
-                                              allow_reconnect=True, error_cb=_log_error))
+                                              allow_reconnect=True, error_cb=_log_error,
+                                              disconnected_cb=self._disconnected))
         except Exception as exc:
             self.close()
             raise BusError(f"connecting to NATS at {', '.join(servers)}: {exc}") from exc
         self._js = self._nc.jetstream(timeout=timeout_s)
+
+    async def _disconnected(self) -> None:
+        self.connection_generation += 1
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -229,6 +234,7 @@ class Reader:
         self._last = after
         self._since = since
         self._sub: Any = None
+        self._generation = bus.connection_generation
 
     async def _subscribe(self) -> Any:
         if self._since is not None and self._last == 0:
@@ -245,8 +251,16 @@ class Reader:
     async def take(self, limit: int, timeout_s: float) -> list[Delivered]:
         """Up to `limit` messages after the last one returned; [] when none came within `timeout_s`, or when the
         consumer failed (it is dropped and the next call makes a new one after the last sequence returned)."""
+        if self._sub is not None and self._generation != self._bus.connection_generation:
+            # The connection was cut (a lost node, or the server's slow-consumer limit when a fetch brought more
+            # than it lets a client fall behind): with acks off, the consumer counts what was in flight as
+            # delivered, so reading on from it would skip those messages, or wait forever after the last ones.
+            log.warning("reading %s: the connection was cut; making a new consumer after %d", self._subject,
+                        self._last)
+            self._sub = None
         try:
             if self._sub is None:
+                self._generation = self._bus.connection_generation
                 self._sub = await self._subscribe()
             messages = await self._sub.fetch(limit, timeout=timeout_s)
         except (TimeoutError, NatsTimeout):

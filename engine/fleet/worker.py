@@ -37,6 +37,10 @@ class WorkerSettings:
     partitions: int = 16
     rebalance_s: float = 1.0
     fetch_timeout_s: float = 0.25
+    # Messages one step fetches across all its partitions at most (each gets its share, at most `batch`): a
+    # worker owning 192 partitions asked each for `batch` at once, more than the 64 MB the NATS server lets a
+    # client fall behind (it cut the connection: docs/notes/h19e.md).
+    fetch_messages: int = 4096
     stream: StreamSettings = field(default_factory=StreamSettings)
     partition: PartitionSettings = field(default_factory=PartitionSettings)
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -96,7 +100,8 @@ class Worker:
             time.sleep(self._fleet.fetch_timeout_s)
             return 0
         readers = [r.reader for r in runners if r.reader is not None]
-        batches = self._bus.take_all(readers, self._fleet.partition.batch, self._fleet.fetch_timeout_s)
+        limit = max(1, min(self._fleet.partition.batch, self._fleet.fetch_messages // max(1, len(readers))))
+        batches = self._bus.take_all(readers, limit, self._fleet.fetch_timeout_s)
         pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
                    if p is not None]
         for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics,

@@ -164,7 +164,16 @@ def test_workers_count_the_sli_buckets_through_a_rebalance_and_a_kill(
     logs = "\n".join(w.log_text() for w in workers)
     assert "Traceback" not in logs, logs[-4000:]
     fleet = _slo_counts(fleet_database)
-    lost = {k: v - fleet[k] for k, v in reference.items() if fleet[k] < v}
-    doubled = {k: fleet[k] - reference[k] for k in fleet if fleet[k] > reference[k]}
+    # good and total exactly. An `attributed` count charges a bad request to the violations stored when its
+    # batch is stored (docs/fleet.md, "Limits"): a cause from another key space may be stored by the other worker
+    # a moment later, so which partitions share a worker (ownership.assign, over random member keys) can move a
+    # request's attribution; allowed: 1 % of the attributed minutes, at least one request (its minute, hour, day).
+    lost = {k: v - fleet[k] for k, v in reference.items() if fleet[k] < v and k[4] != "attributed"}
+    doubled = {k: fleet[k] - reference[k] for k in fleet if fleet[k] > reference[k] and k[4] != "attributed"}
     assert not lost and not doubled, (sorted(lost.items())[:5], sorted(doubled.items())[:5])
+    moved = {k: fleet[k] - reference[k] for k in set(fleet) | set(reference)
+             if k[4] == "attributed" and k[0] == "minute" and fleet[k] != reference[k]}
+    attributed = sum(v for k, v in reference.items() if k[4] == "attributed" and k[0] == "minute")
+    print(f"attributed minutes: {attributed} in the reference; moved by the partitions' lag: {moved}")
+    assert attributed > 0 and sum(map(abs, moved.values())) <= max(1, attributed // 100), moved
     assert _burns(stored(fleet_database), burn_rules) == _burns(reference_stored, burn_rules)
