@@ -119,7 +119,7 @@ def _profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 @contextmanager
 def _start_gate(database, table: RoutingTable, procs: Sequence[WorkerProcess]) -> Iterator[Callable[[], None]]:  # type: ignore[no-untyped-def]
-    """Start the workers while holding every partition until all are members, let them claim their fair shares
+    """Start the workers while holding every partition until all are members, let them claim their shares
     while the offsets table is locked (each blocks opening its first partition), and yield the function that lets
     them all go at once: no worker starts before the others have their shares."""
     from gpuslo.engine.fleet.ownership import MEMBER_CLASS, PARTITION_CLASS
@@ -138,16 +138,19 @@ def _start_gate(database, table: RoutingTable, procs: Sequence[WorkerProcess]) -
         while held.execute(members, {"cls": MEMBER_CLASS}).scalar() != workers:
             time.sleep(0.02)
         # A rebalance that counted the members before the last one joined must be over before the partitions
-        # are let go: it would claim them all (and then block opening them, the others waiting forever).
-        time.sleep(2.0)
+        # are let go: it would claim them all (and then block opening them, the others waiting forever). And
+        # the first member must have written the loads of these members, the others read them (worker._loads).
+        time.sleep(3.0)
         gate.execute(text("LOCK TABLE fleet_partitions IN ACCESS EXCLUSIVE MODE"))
-        held.execute(text("SELECT pg_advisory_unlock_all()"))  # each worker claims ceil(partitions / workers)
+        held.execute(text("SELECT pg_advisory_unlock_all()"))  # each worker claims its part (ownership.assign)
         # A worker whose rebalance was under way when they were let go may have missed some; it claims them at
         # its next rebalance, which waits for the gate (it blocks opening its first partition): go without them.
-        share, deadline = -(-len(numbers) // workers), time.monotonic() + 5
+        deadline = time.monotonic() + 5
         while True:
             owned = owned_partitions(database)
-            if len(owned) == workers and sum(owned.values()) == len(numbers) and max(owned.values()) <= share:
+            # Every partition owned, by every worker: each claims only its part of the assignment (by load,
+            # ownership.assign), so the counts they hold differ and none holds another's.
+            if len(owned) == workers and sum(owned.values()) == len(numbers):
                 break
             if time.monotonic() > deadline:
                 print(f"start gate: only {owned} of {len(numbers)} partitions claimed; the rest follow within a "

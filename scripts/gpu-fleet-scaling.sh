@@ -70,6 +70,8 @@ collect() {
         as_pg "$pgbin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || echo "pg_ctl stop failed"
     fi
     [ -f "$root/postgresql.log" ] && tail -c 2000000 "$root/postgresql.log" > "$out/postgresql.log"
+    [ -f "$root/postgresql.log" ] && echo "PostgreSQL log: $(grep -c 'still waiting for' "$root/postgresql.log") lock" \
+        "waits over deadlock_timeout (200ms), $(grep -c 'deadlock detected' "$root/postgresql.log") deadlocks"
     if [ -d "$root/tmp" ] && compgen -G "$root/tmp/gpuslo-bench-fleet-*" >/dev/null; then
         # worker and NATS logs of the bench (its JetStream stores left out), each cut to its last 2 MB
         (cd "$root/tmp" && find gpuslo-bench-fleet-* -name '*.log' -size +2M -exec truncate -s 2M {} + ;
@@ -192,8 +194,15 @@ def report(path: str, events: str, partitions: str) -> None:
             sizes = [len(value) for value in held.values() if value]
             first_lock = at if first_lock is None and sizes else first_lock
             all_hold = at if all_hold is None and len(sizes) >= workers else all_hold
-            if balanced is None and len(sizes) >= workers and max(sizes) <= -(-sum(sizes) // workers):
+        final = {worker: sorted(numbers) for worker, numbers in held.items() if numbers}
+        progress: dict = {}  # balanced: from when every worker holds what it held at the end (its assignment)
+        for at, worker, numbers in owners[name]:
+            if at > done:
+                break
+            progress[worker] = numbers
+            if {w: sorted(n) for w, n in progress.items() if n} == final:
                 balanced = at
+                break
         bound = ""
         if loads and held:
             per_worker = [sum(loads.get(int(n), 0) for n in numbers) for numbers in held.values() if numbers]
@@ -226,8 +235,8 @@ def report(path: str, events: str, partitions: str) -> None:
         if best:
             print(f"\nAt one event per GPU per second: about {int(events) / best[1]:,.0f} GPUs with {best[0]} "
                   "workers (first lock → done).")
-        print("Done: every partition's stored offset at its final value. Balanced after: until no worker holds more "
-              "than its fair share of partitions; events/s once balanced: the events stored after that, over the "
+        print("Done: every partition's stored offset at its final value. Balanced after: until every worker holds "
+              "the partitions it held at the end (its part of the load-aware assignment); events/s once balanced: the events stored after that, over the "
               "time left. Balance bound: the mean over the busiest worker's messages, with the partitions each "
               "worker held at the end (an efficiency near it: the workers scale, the partitions do not spread the "
               "load evenly).")
@@ -331,6 +340,7 @@ max_worker_processes = 16
 max_parallel_workers = 8
 log_checkpoints = on
 log_lock_waits = on
+deadlock_timeout = 200ms
 EOF
 echo "CREATE DATABASE test;" | as_pg "$pgbin/postgres" --single -D "$data" postgres > "$root/single.log" 2>&1 \
     || { cat "$root/single.log"; fail 24 "CREATE DATABASE test (single-user mode)"; }

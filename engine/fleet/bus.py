@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 STREAM = "GPUSLO_EVENTS"
 BUCKET = "GPUSLO_FLEET"
 ROUTES_KEY = "routes"
+LOADS_KEY = "loads"
 T = TypeVar("T")
 
 
@@ -61,14 +62,19 @@ class Bus:
         self._thread.start()
         self._timeout = timeout_s
         self.servers = list(servers)
+        self.connection_generation = 0  # counts disconnects: a Reader's consumer from before one is dropped
         try:
             self._nc = self._run(nats.connect(list(servers), name=name, max_reconnect_attempts=-1,
                                               reconnect_time_wait=0.5, connect_timeout=2,
-                                              allow_reconnect=True, error_cb=_log_error))
+                                              allow_reconnect=True, error_cb=_log_error,
+                                              disconnected_cb=self._disconnected))
         except Exception as exc:
             self.close()
             raise BusError(f"connecting to NATS at {', '.join(servers)}: {exc}") from exc
         self._js = self._nc.jetstream(timeout=timeout_s)
+
+    async def _disconnected(self) -> None:
+        self.connection_generation += 1
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -130,6 +136,30 @@ class Bus:
             info = await self._js.stream_info(STREAM)
             return str(info.cluster.leader) if info.cluster else ""
         return str(self._retry(leader, "reading the stream's leader"))
+
+    def subject_counts(self) -> dict[str, int]:
+        """The messages the stream holds per subject (the partitions' recent load; subjects without any absent)."""
+        async def counts() -> dict[str, int]:
+            info = await self._js.stream_info(STREAM, subjects_filter=f"{SUBJECT_ROOT}.>")
+            return {str(k): int(v) for k, v in (info.state.subjects or {}).items()}
+        return dict(self._retry(counts, "reading the stream's subject counts", attempts=2))
+
+    def put_loads(self, data: bytes) -> None:
+        """The partitions' loads the fleet shares its partitions by (ownership.assign), written by one worker."""
+        async def put() -> None:
+            kv = await self._js.key_value(BUCKET)
+            await kv.put(LOADS_KEY, data)
+        self._retry(put, "writing the partitions' loads", attempts=2)
+
+    def loads(self) -> bytes | None:
+        async def get() -> bytes | None:
+            kv = await self._js.key_value(BUCKET)
+            try:
+                entry = await kv.get(LOADS_KEY)
+            except KeyNotFoundError:
+                return None
+            return entry.value
+        return self._retry(get, "reading the partitions' loads", attempts=2)  # type: ignore[no-any-return]
 
     def put_routes(self, table: RoutingTable) -> None:
         async def put() -> None:
@@ -204,6 +234,7 @@ class Reader:
         self._last = after
         self._since = since
         self._sub: Any = None
+        self._generation = bus.connection_generation
 
     async def _subscribe(self) -> Any:
         if self._since is not None and self._last == 0:
@@ -220,8 +251,16 @@ class Reader:
     async def take(self, limit: int, timeout_s: float) -> list[Delivered]:
         """Up to `limit` messages after the last one returned; [] when none came within `timeout_s`, or when the
         consumer failed (it is dropped and the next call makes a new one after the last sequence returned)."""
+        if self._sub is not None and self._generation != self._bus.connection_generation:
+            # The connection was cut (a lost node, or the server's slow-consumer limit when a fetch brought more
+            # than it lets a client fall behind): with acks off, the consumer counts what was in flight as
+            # delivered, so reading on from it would skip those messages, or wait forever after the last ones.
+            log.warning("reading %s: the connection was cut; making a new consumer after %d", self._subject,
+                        self._last)
+            self._sub = None
         try:
             if self._sub is None:
+                self._generation = self._bus.connection_generation
                 self._sub = await self._subscribe()
             messages = await self._sub.fetch(limit, timeout=timeout_s)
         except (TimeoutError, NatsTimeout):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import orjson
-from sqlalchemy import text
+from sqlalchemy import bindparam, text, update
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import ConfigError, EventError, GpusloError
@@ -34,6 +34,7 @@ from gpuslo.engine.slo.counter import SliBatch
 from gpuslo.engine.store import repository
 from gpuslo.engine.store.db import Database
 from gpuslo.engine.store.engine_output import Notify, record_result
+from gpuslo.engine.store.models import EventRow
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW_S = 60.0  # how far a publisher's clock may run ahead of the NATS servers' (the replay starts earlier)
@@ -225,8 +226,9 @@ def store_batches(database: Database, pending: Sequence[Pending], owner: str, no
                 break
         else:
             try:
+                stored = store_cited(database, waiting)
                 with database.session(rederivable=True) as session:
-                    quarantined = _write(session, waiting, owner, notify, burn_rules)
+                    quarantined = _write(session, waiting, owner, notify, burn_rules, stored)
             except LostPartition as exc:
                 lost.append(exc.runner)
                 waiting = [p for p in waiting if p.runner is not exc.runner]
@@ -310,19 +312,51 @@ def _prepare(session: Session, pending: Sequence[Pending]) -> tuple[list[EngineR
     return results, output.cited(results, everything)
 
 
+_EVENTS = EventRow.__table__
+_MARK_NEW = (update(_EVENTS).where(_EVENTS.c.id.in_(bindparam("ids", expanding=True)), _EVENTS.c.processed_at.is_(None))
+             .values(processed_at=bindparam("at")))
+
+
+def store_cited(database: Database, pending: Sequence[Pending]) -> set[str]:
+    """Store the events the batches' rows will cite, marked processed, in a short transaction of their own that
+    commits before the batches' transaction begins; returns their ids.
+
+    Why: partitions of different key spaces cite the same event (a host's and an endpoint's copy of it), and an
+    insert or update that meets another transaction's uncommitted row of that id waits for that whole
+    transaction. In the batch transaction that was another worker's whole batch (seconds at 8 workers); here it
+    is at most another worker's short store. Events are immutable and keyed by id (ON CONFLICT DO NOTHING), so an
+    event stored here whose batch then fails, or whose partition another owner took meanwhile, is harmless: the
+    batch's next reader stores it again as a duplicate and cites it; until then nothing cites it, as with
+    `store_events="all"`. Only rows still unprocessed (those this transaction inserted) are marked, so no row
+    another worker stored is locked. The batch transaction (offsets with violations, evidence, history, outbox:
+    the exactly-once part) rechecks which events it cites and stores any missing here itself (a clear whose
+    violation opened between the two transactions)."""
+    now = datetime.now(UTC)
+    with database.session(rederivable=True) as session:
+        _results, events = _prepare(session, pending)
+        if events:
+            repository.store_events(session, events, now=now)
+            ids = sorted(e.id for e in events)
+            for start in range(0, len(ids), 1000):
+                session.execute(_MARK_NEW, {"ids": ids[start:start + 1000], "at": now})
+    return {event.id for event in events}
+
+
 def _write(session: Session, pending: Sequence[Pending], owner: str, notify: Notify,
-           burn_rules: Sequence[str]) -> list[poison.Quarantined]:
-    """The batches whole; the events whose evaluation raised are stored with their error and come back."""
+           burn_rules: Sequence[str], stored: set[str] | frozenset[str] = frozenset()) -> list[poison.Quarantined]:
+    """The batches whole; the events whose evaluation raised are stored with their error and come back.
+    `stored`: the ids store_cited stored and marked processed (no row of theirs is written here)."""
     now = datetime.now(UTC)
     _advance(session, pending, owner, now)
     results, events = _prepare(session, pending)
-    if events:
-        repository.store_events(session, events, now=now)  # what the evidence rows, clears and errors cite
+    missing = [event for event in events if event.id not in stored]
+    if missing:
+        repository.store_events(session, missing, now=now)  # what the evidence rows, clears and errors cite
     for result in results:  # the SLI counts of all after every match (violations they open may be causes)
-        record_result(session, replace(result, sli=None), now, notify)
+        record_result(session, replace(result, sli=None), now, notify, mark_processed=False)
     slo_store.record_sli(session, SliBatch.merge(r.sli for r in results), burn_rules)
-    marked = {event.id for result in results for event in result.events}  # record_result marked them processed
-    repository.mark_processed(session, [e.id for e in events if e.id not in marked], now)
+    unmarked = {e.id for result in results for e in result.events if e.id not in stored} | {e.id for e in missing}
+    repository.mark_processed(session, sorted(unmarked), now)
     return poison.evaluation_quarantined(results)
 
 

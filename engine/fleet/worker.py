@@ -11,11 +11,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import orjson
+
 from gpuslo.engine.alerts import load_alerts_config
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import ConfigError, GpusloError
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
-from gpuslo.engine.fleet.ownership import Ownership
+from gpuslo.engine.fleet.ownership import Ownership, assign, weights
 from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, StoreAbandoned, store_batches
 from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
 from gpuslo.engine.fleet.slis import burn_rule_ids
@@ -35,6 +37,10 @@ class WorkerSettings:
     partitions: int = 16
     rebalance_s: float = 1.0
     fetch_timeout_s: float = 0.25
+    # Messages one step fetches across all its partitions at most (each gets its share, at most `batch`): a
+    # worker owning 192 partitions asked each for `batch` at once, more than the 64 MB the NATS server lets a
+    # client fall behind (it cut the connection: docs/notes/h19e.md).
+    fetch_messages: int = 4096
     stream: StreamSettings = field(default_factory=StreamSettings)
     partition: PartitionSettings = field(default_factory=PartitionSettings)
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -62,6 +68,7 @@ class Worker:
         self.ownership = Ownership(database, fleet.name)
         self.runners: dict[int, PartitionRunner] = {}
         self.handled = 0
+        self._waited = 0  # rebalances skipped waiting for the loads of the current members (_loads)
 
     def prepare(self) -> None:
         """Create the stream and bucket if missing and publish this worker's routing table."""
@@ -93,7 +100,8 @@ class Worker:
             time.sleep(self._fleet.fetch_timeout_s)
             return 0
         readers = [r.reader for r in runners if r.reader is not None]
-        batches = self._bus.take_all(readers, self._fleet.partition.batch, self._fleet.fetch_timeout_s)
+        limit = max(1, min(self._fleet.partition.batch, self._fleet.fetch_messages // max(1, len(readers))))
+        batches = self._bus.take_all(readers, limit, self._fleet.fetch_timeout_s)
         pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
                    if p is not None]
         for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics,
@@ -109,7 +117,10 @@ class Worker:
         try:
             if not self.ownership.connected:
                 self.ownership.join()
-            claimed, released = self.ownership.rebalance(sorted(self._partitions))
+            loads = self._loads()
+            if loads is _WAIT:
+                return
+            claimed, released = self.ownership.rebalance(sorted(self._partitions), loads)
         except GpusloError as exc:
             log.error("worker %s: lost the lock connection (%s); dropping every partition", self._fleet.name, exc)
             for number in list(self.runners):
@@ -123,6 +134,36 @@ class Worker:
             log.info("worker %s: claimed %s, released %s; owns %d of %d", self._fleet.name,
                      _names(self._partitions, claimed), _names(self._partitions, released), len(self.runners),
                      len(self._partitions))
+
+    def _loads(self) -> dict[int, int] | None:
+        """The loads every worker shares the partitions by (ownership.assign): those one worker, the member of
+        the lowest lock key, read from the stream (messages per partition) and wrote to the fleet's KV bucket.
+        It writes them again only when the members changed or when, under the stream's loads now, the
+        assignment they give is unbalanced (busiest member over 1.25 × the mean) and fresh ones do much better:
+        every worker reads the same loads, so partitions move only then, never back and forth on counts that
+        grow between two workers' reads. None if they cannot be read (the shares are then by count)."""
+        try:
+            keys = self.ownership.member_keys()
+            raw = self._bus.loads()
+            published = orjson.loads(raw) if raw else None
+            if keys and keys[0] == self.ownership.key:
+                counts = self._bus.subject_counts()
+                fresh = {number: counts.get(p.subject, 0) for number, p in self._partitions.items()}
+                if published is None or published["members"] != keys or _rebalance_pays(
+                        sorted(self._partitions), {int(n): v for n, v in published["loads"].items()}, fresh, keys):
+                    published = {"members": keys, "loads": fresh}
+                    self._bus.put_loads(orjson.dumps(published, option=orjson.OPT_NON_STR_KEYS))
+                    log.info("worker %s: wrote the partitions' loads for %d members", self._fleet.name, len(keys))
+        except (GpusloError, ValueError, KeyError, TypeError) as exc:
+            log.warning("worker %s: the partitions' loads (%s); sharing them by count", self._fleet.name, exc)
+            return None
+        if published is None:
+            return None
+        if published["members"] != keys and self._waited < 5:  # the leader writes those of these members soon
+            self._waited += 1
+            return _WAIT
+        self._waited = 0
+        return {int(n): int(v) for n, v in published["loads"].items()}
 
     def _claim(self, partition: Partition) -> None:
         runner = PartitionRunner(partition, rulebooks_for(self.rulebooks, partition.space), bus=self._bus,
@@ -156,6 +197,21 @@ def _load(settings: Settings) -> tuple[Rulebook, ...]:
         raise ConfigError(f"fleet worker: {len(problems)} rulebook problem(s) in {settings.rules_dir}; every "
                           f"worker must run the same good rulebooks (the first: {problems[0]})")
     return rulebooks
+
+
+_WAIT: dict[int, int] = {}  # _loads: skip this rebalance
+
+
+def _balance(partitions: list[int], assigned_by: dict[int, int], loads: dict[int, int], keys: list[int]) -> float:
+    """Mean over the busiest member's load (under `loads`) of the assignment `assigned_by` gives."""
+    shares = assign(partitions, weights(partitions, assigned_by), keys)
+    per = [sum(loads.get(n, 0) for n in mine) for mine in shares.values()]
+    return sum(per) / len(per) / max(per) if per and max(per) else 1.0
+
+
+def _rebalance_pays(partitions: list[int], published: dict[int, int], fresh: dict[int, int], keys: list[int]) -> bool:
+    now = _balance(partitions, published, fresh, keys)
+    return now < 0.8 and _balance(partitions, fresh, fresh, keys) > now + 0.1
 
 
 def _names(partitions: dict[int, Partition], numbers: Sequence[int] | set[int]) -> str:

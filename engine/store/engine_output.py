@@ -36,12 +36,15 @@ class Output(Protocol):
 
 
 def record_result(session: Session, result: Output, now: datetime, notify: Notify,
-                  burn_rules: Sequence[str] = (), *, evidence_stored: bool = False) -> None:
+                  burn_rules: Sequence[str] = (), *, evidence_stored: bool = False,
+                  mark_processed: bool = True) -> None:
     """Store one evaluated batch: its matches and clears in evaluation order (violations.record), the SLI
     counts (after the matches: violations they open may be their causes, `burn_rules` being the SLO burn
     alerts), processed_at on its events and the error of each quarantined one. `notify` writes the outbox rows
     of each change that notifies someone; a resolve by a clearing event is audited. `evidence_stored`: see
-    violations.record (the embedded engine's events are all stored; a fleet worker's need not be yet)."""
+    violations.record (the embedded engine's events are all stored; a fleet worker's need not be yet).
+    `mark_processed`: False when the caller marked the events processed already (a fleet worker, in the short
+    transaction that stored them: an UPDATE here would lock rows other workers' batches also touch)."""
     for change in violations.record(session, in_evaluation_order(result), now=now, notifying_only=True,
                                     evidence_stored=evidence_stored):
         if isinstance(change.cause, Clear):
@@ -50,7 +53,8 @@ def record_result(session: Session, result: Output, now: datetime, notify: Notif
                          detail="cleared by an event")
         notify(session, change.view, now)
     slo_store.record_sli(session, result.sli, burn_rules)
-    repository.mark_processed(session, [e.id for e in result.events], now)
+    if mark_processed:
+        repository.mark_processed(session, [e.id for e in result.events], now)
     if result.quarantined:
         repository.quarantine_events(session, [(e.id, error) for e, error in result.quarantined], now)
 

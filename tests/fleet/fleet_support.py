@@ -171,6 +171,13 @@ def owned_partitions(database: Database) -> dict[str, int]:
     return {str(name).removeprefix("fleet-"): int(count) for name, count in rows}
 
 
+def shared(database: Database, names: set[str], total: int) -> bool:
+    """Every partition owned, and every one of `names` owning some: the workers share them by load
+    (ownership.assign), so the counts they hold need not be equal."""
+    owned = owned_partitions(database)
+    return set(owned) == names and sum(owned.values()) == total
+
+
 def kill_mid_batch(worker: WorkerProcess, database: Database, timeout: float = 30.0) -> None:
     """SIGKILL the worker while one of its transactions has written and not committed (a batch in flight)."""
     query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name "

@@ -24,6 +24,7 @@ from fleet_support import (
     owned_partitions,
     publish,
     reference_run,
+    shared,
     stored,
     wait_for,
 )
@@ -134,7 +135,7 @@ def test_workers_count_the_sli_buckets_through_a_rebalance_and_a_kill(
         wait_for(lambda: owned_partitions(fleet_database) == {"s1": total}, 60, "s1 owning every partition")
         assert publish(publisher, first) == (0, 0)
         workers[1].start()  # a rebalance: half the partitions, with their stored counts, move to s2
-        wait_for(lambda: owned_partitions(fleet_database) == {"s1": total // 2, "s2": total // 2}, 30,
+        wait_for(lambda: shared(fleet_database, {"s1", "s2"}, total), 30,
                  "the partitions shared")
         publishing = threading.Thread(target=publish, args=(publisher, second, 50))
         publishing.start()
@@ -149,7 +150,7 @@ def test_workers_count_the_sli_buckets_through_a_rebalance_and_a_kill(
         # partition skips the ids it has evaluated (compared below: nothing counted twice).
         assert publish(publisher, first[100:400], 120)[0] == 0
         workers[0].start()  # s1 comes back: a second rebalance, s2 hands half back with the counts it stored
-        wait_for(lambda: owned_partitions(fleet_database) == {"s1": total // 2, "s2": total // 2}, 30,
+        wait_for(lambda: shared(fleet_database, {"s1", "s2"}, total), 30,
                  "the partitions shared again")
         assert publish(publisher, third) == (0, 0)
         wait_for(lambda: caught_up(bus, fleet_database, table), 90, "the workers storing every event")
@@ -163,7 +164,16 @@ def test_workers_count_the_sli_buckets_through_a_rebalance_and_a_kill(
     logs = "\n".join(w.log_text() for w in workers)
     assert "Traceback" not in logs, logs[-4000:]
     fleet = _slo_counts(fleet_database)
-    lost = {k: v - fleet[k] for k, v in reference.items() if fleet[k] < v}
-    doubled = {k: fleet[k] - reference[k] for k in fleet if fleet[k] > reference[k]}
+    # good and total exactly. An `attributed` count charges a bad request to the violations stored when its
+    # batch is stored (docs/fleet.md, "Limits"): a cause from another key space may be stored by the other worker
+    # a moment later, so which partitions share a worker (ownership.assign, over random member keys) can move a
+    # request's attribution; allowed: 1 % of the attributed minutes, at least one request (its minute, hour, day).
+    lost = {k: v - fleet[k] for k, v in reference.items() if fleet[k] < v and k[4] != "attributed"}
+    doubled = {k: fleet[k] - reference[k] for k in fleet if fleet[k] > reference[k] and k[4] != "attributed"}
     assert not lost and not doubled, (sorted(lost.items())[:5], sorted(doubled.items())[:5])
+    moved = {k: fleet[k] - reference[k] for k in set(fleet) | set(reference)
+             if k[4] == "attributed" and k[0] == "minute" and fleet[k] != reference[k]}
+    attributed = sum(v for k, v in reference.items() if k[4] == "attributed" and k[0] == "minute")
+    print(f"attributed minutes: {attributed} in the reference; moved by the partitions' lag: {moved}")
+    assert attributed > 0 and sum(map(abs, moved.values())) <= max(1, attributed // 100), moved
     assert _burns(stored(fleet_database), burn_rules) == _burns(reference_stored, burn_rules)

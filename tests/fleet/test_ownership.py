@@ -12,7 +12,7 @@ from sqlalchemy import text
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.fleet import offsets
 from gpuslo.engine.fleet.offsets import Offset
-from gpuslo.engine.fleet.ownership import Ownership
+from gpuslo.engine.fleet.ownership import Ownership, assign, weights
 from gpuslo.engine.store.db import Database
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -34,6 +34,43 @@ def test_workers_share_partitions_fairly_and_take_over_a_dead_ones(fleet_databas
     wait_for(lambda: first.members() == 1, 5, "b's member lock going with its connection")
     assert first.rebalance(partitions)[0] == released and first.held == set(partitions)
     first.leave()
+
+
+def _skewed_loads() -> dict[int, int]:
+    """The bench's shape at 64 partitions a key space: four busy endpoint partitions (13,500 messages each),
+    48 host partitions of about 3,000 and 12 idle ones, nine small job partitions."""
+    loads = {n: 13_500 for n in range(4)} | {n: 0 for n in range(4, 64)}
+    loads |= {64 + n: 2_300 + 53 * n for n in range(48)} | {112 + n: 0 for n in range(16)}
+    loads |= {128 + n: 110 + 120 * n for n in range(9)} | {137 + n: 0 for n in range(55)}
+    return loads
+
+
+def test_the_load_aware_assignment_balances_what_a_count_share_cannot() -> None:
+    loads = _skewed_loads()
+    partitions = sorted(loads)
+    shares = assign(partitions, weights(partitions, loads), list(range(100, 108)))
+    assert sorted(n for mine in shares.values() for n in mine) == partitions  # each partition once
+    load = [sum(loads[n] for n in mine) for mine in shares.values()]
+    assert sum(load) / len(load) / max(load) >= 0.9  # mean over the busiest worker's load
+    assert assign(partitions, weights(partitions, loads), [107, 100, 103, 101, 102, 104, 105, 106]) == shares
+
+
+def test_workers_with_loads_take_their_assigned_partitions(fleet_database: Database) -> None:
+    loads = _skewed_loads()
+    partitions = sorted(loads)
+    first, second = Ownership(fleet_database, "a"), Ownership(fleet_database, "b")
+    first.join()
+    assert first.rebalance(partitions, loads) == (set(partitions), set())  # alone: every partition
+    second.join()
+    shares = assign(partitions, weights(partitions, loads), first.member_keys())
+    assert second.rebalance(partitions, loads)[0] == set()  # its partitions are a's until a releases them
+    claimed, released = first.rebalance(partitions, loads)
+    assert claimed == set() and first.held == set(shares[first._key])
+    assert second.rebalance(partitions, loads) == (released, set()) and second.held == set(shares[second._key])
+    for owner in (first, second):
+        assert abs(sum(loads[n] for n in owner.held) - sum(loads.values()) / 2) <= 13_500 / 2
+    first.leave()
+    second.leave()
 
 
 def test_one_leader_at_a_time_and_the_next_takes_over(fleet_database: Database) -> None:
