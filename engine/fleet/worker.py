@@ -205,8 +205,9 @@ _WAIT: dict[int, int] = {}  # _loads: skip this rebalance
 def _balance(partitions: list[int], assigned_by: dict[int, int], loads: dict[int, int], keys: list[int]) -> float:
     """Mean over the busiest member's load (under `loads`) of the assignment `assigned_by` gives."""
     shares = assign(partitions, weights(partitions, assigned_by), keys)
-    per = [sum(loads.get(n, 0) for n in mine) for mine in shares.values()]
-    return sum(per) / len(per) / max(per) if per and max(per) else 1.0
+    per: list[int] = [sum(loads.get(n, 0) for n in mine) for mine in shares.values()]
+    busiest = max(per, default=0)
+    return sum(per) / len(per) / busiest if busiest else 1.0
 
 
 def _rebalance_pays(partitions: list[int], published: dict[int, int], fresh: dict[int, int], keys: list[int]) -> bool:
