@@ -12,7 +12,7 @@ that certainly fails on it, judged the way the core judges it:
 
 Anything else (a text test's derived key, a join `KeyOf`, `exists`/`missing`, AnyOf branches, a string against
 a number, a bool, NaN, a huge int) is left to the core: the filter can only say "certainly not", never "yes".
-tests/engine/test_prefilter.py checks that against the real core on generated facts.
+tests/engine/test_fact_prefilter.py checks that against the real core on generated facts.
 """
 
 from __future__ import annotations
