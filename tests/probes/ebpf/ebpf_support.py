@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuslo.probes.attribution.collector import Collector
+from gpuslo.probes.ebpf.libraries import LibrarySet
 
 HERE = Path(__file__).parent
 TIB = 1 << 40
@@ -59,7 +63,7 @@ class Drained:
     ended_ns: int
 
 
-def drain_one_step(collector, child: subprocess.Popen[str], *, open_oncpu: bool = False) -> Drained:
+def drain_one_step(collector: Collector, child: subprocess.Popen[str], *, open_oncpu: bool = False) -> Drained:
     """As the agent does: read the ring buffer every 0.1 s in a thread while the (watched, paused) child is told
     "go" and runs until it prints its reply line; drain 0.2 s more, then let the child exit."""
     found: list = []
@@ -80,3 +84,28 @@ def drain_one_step(collector, child: subprocess.Popen[str], *, open_oncpu: bool 
     child.stdin.close()
     child.stdout.close()
     return Drained(found, reply, started, ended)
+
+
+@dataclass(frozen=True)
+class WatchedStep:
+    """A child's one step as the attribution collector saw it: what was drained, the child's pid, the collector."""
+
+    drained: Drained
+    pid: int
+    collector: Collector
+
+
+def watch_child_step(cuda_lib: Path, code: str, *argv: str, open_oncpu: bool = False) -> WatchedStep:
+    """Start `python -c code argv...` (it prints "ready", waits for "go", prints its reply), watch it with a
+    collector on the stand-in libcuda (comm gs-engine), drain its one step, close the collector."""
+    child = subprocess.Popen([sys.executable, "-c", code, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    collector = Collector(LibrarySet(cuda=str(cuda_lib)), comm="gs-engine")
+    collector.start()
+    try:
+        collector.watch(child.pid)
+        drained = drain_one_step(collector, child, open_oncpu=open_oncpu)
+    finally:
+        collector.close()
+    return WatchedStep(drained, child.pid, collector)

@@ -5,16 +5,14 @@ was busy and to the driver when it was not; the thread's own work around it stay
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import dataclass
 
 from bpf_support import requires_bpf
-from ebpf_support import drain_one_step
+from ebpf_support import watch_child_step
 
 from gpuslo.probes.attribution.attribute import attribute
 from gpuslo.probes.attribution.collector import Collector
 from gpuslo.probes.attribution.signals import GpuSample
-from gpuslo.probes.ebpf.libraries import LibrarySet
 
 SPIN_C = r"""
 #include <time.h>
@@ -59,19 +57,11 @@ def _spin_in_library(tmp_path, fake_build, source_text: str, child_code: str, li
     source.write_text(source_text)
     lib = tmp_path / lib_name
     subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
-    child = subprocess.Popen([sys.executable, "-c", child_code, str(lib)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "ready\n"
-    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
-    collector.start()
-    try:
-        collector.watch(child.pid)
-        assert collector.sampling
-        drained = drain_one_step(collector, child, open_oncpu=True)
-    finally:
-        collector.close()
+    step = watch_child_step(fake_build.lib, child_code, str(lib), open_oncpu=True)
+    assert step.collector.sampling
+    drained = step.drained
     a, b = map(int, drained.reply.split())
-    return SpinRun(drained.found, child.pid, a, b, drained.started_ns, drained.ended_ns, collector)
+    return SpinRun(drained.found, step.pid, a, b, drained.started_ns, drained.ended_ns, step.collector)
 
 
 @requires_bpf

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 from bpf_support import requires_bpf
-from ebpf_support import drain_one_step
+from ebpf_support import watch_child_step
 
-from gpuslo.probes.attribution.collector import IOCTL, SYSCALL, Collector, Record, to_interval
-from gpuslo.probes.ebpf.libraries import LibrarySet
+from gpuslo.probes.attribution.collector import IOCTL, SYSCALL, Record, to_interval
 
 CHILD = r"""
 import ctypes, fcntl, os, sys, time
@@ -53,18 +51,9 @@ def two_names_of_one_device(tmp_path):
 def test_an_ioctl_on_an_nvidia_device_is_the_drivers_and_on_another_file_the_kernels(two_names_of_one_device,
                                                                                       fake_build):
     nvidia, loop = two_names_of_one_device
-    child = subprocess.Popen([sys.executable, "-c", CHILD, nvidia, loop], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "ready\n"
-    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
-    collector.start()
-    try:
-        collector.watch(child.pid)
-        drained = drain_one_step(collector, child)
-        assert drained.reply == "done\n"
-    finally:
-        collector.close()
-    ioctls = [(i.kind, i.detail) for i in drained.found if i.pid == child.pid and "ioctl" in i.detail]
+    step = watch_child_step(fake_build.lib, CHILD, nvidia, loop)
+    assert step.drained.reply == "done\n"
+    ioctls = [(i.kind, i.detail) for i in step.drained.found if i.pid == step.pid and "ioctl" in i.detail]
     assert ("ioctl", f"ioctl on {nvidia}") in ioctls, ioctls
     assert ("syscall", f"ioctl on {loop}") in ioctls, ioctls
     assert len(ioctls) == 2, ioctls

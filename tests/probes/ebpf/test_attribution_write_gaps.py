@@ -4,14 +4,10 @@ none, and a write that waits for room in a full socket send queue is the network
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from bpf_support import requires_bpf
-from ebpf_support import drain_one_step
+from ebpf_support import watch_child_step
 
-from gpuslo.probes.attribution.collector import SEND_GAP, SYSCALL, Collector, Record, to_interval
-from gpuslo.probes.ebpf.libraries import LibrarySet
+from gpuslo.probes.attribution.collector import SEND_GAP, SYSCALL, Record, to_interval
 
 CHILD = r"""
 import ctypes, os, socket, sys, threading, time
@@ -42,18 +38,9 @@ print("done", flush=True)
 
 @requires_bpf
 def test_write_gaps_on_a_socket_are_send_gaps_and_a_blocked_write_is_the_networks(tmp_path, fake_build):
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "server.log")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "ready\n"
-    collector = Collector(LibrarySet(cuda=str(fake_build.lib)), comm="gs-engine")
-    collector.start()
-    try:
-        collector.watch(child.pid)
-        drained = drain_one_step(collector, child)
-        assert drained.reply == "done\n"
-    finally:
-        collector.close()
-    mine = [i for i in drained.found if i.pid == child.pid]
+    step = watch_child_step(fake_build.lib, CHILD, str(tmp_path / "server.log"))
+    assert step.drained.reply == "done\n"
+    mine = [i for i in step.drained.found if i.pid == step.pid]
     gaps = [(i.detail.split(" on ")[0], i.detail.split(" on ")[1][:8], i.duration_ms) for i in mine
             if i.kind == "send_gap"]
     assert [g[:2] for g in gaps] == [("write", "socket:["), ("writev", "socket:[")], gaps
