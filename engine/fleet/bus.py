@@ -144,39 +144,36 @@ class Bus:
             return {str(k): int(v) for k, v in (info.state.subjects or {}).items()}
         return dict(self._retry(counts, "reading the stream's subject counts", attempts=2))
 
-    def put_loads(self, data: bytes) -> None:
-        """The partitions' loads the fleet shares its partitions by (ownership.assign), written by one worker."""
+    def _kv_put(self, key: str, data: bytes, what: str, attempts: int = 20) -> None:
         async def put() -> None:
             kv = await self._js.key_value(BUCKET)
-            await kv.put(LOADS_KEY, data)
-        self._retry(put, "writing the partitions' loads", attempts=2)
+            await kv.put(key, data)
+        self._retry(put, what, attempts=attempts)
 
-    def loads(self) -> bytes | None:
+    def _kv_get(self, key: str, what: str, attempts: int) -> bytes | None:
+        """The value of a key of the fleet's KV bucket, or None when it was never written."""
         async def get() -> bytes | None:
             kv = await self._js.key_value(BUCKET)
             try:
-                entry = await kv.get(LOADS_KEY)
+                entry = await kv.get(key)
             except KeyNotFoundError:
                 return None
             return entry.value
-        return self._retry(get, "reading the partitions' loads", attempts=2)  # type: ignore[no-any-return]
+        return self._retry(get, what, attempts=attempts)  # type: ignore[no-any-return]
+
+    def put_loads(self, data: bytes) -> None:
+        """The partitions' loads the fleet shares its partitions by (ownership.assign), written by one worker."""
+        self._kv_put(LOADS_KEY, data, "writing the partitions' loads", attempts=2)
+
+    def loads(self) -> bytes | None:
+        return self._kv_get(LOADS_KEY, "reading the partitions' loads", attempts=2)
 
     def put_routes(self, table: RoutingTable) -> None:
-        async def put() -> None:
-            kv = await self._js.key_value(BUCKET)
-            await kv.put(ROUTES_KEY, table.to_json())
-        self._retry(put, "writing the routing table")
+        self._kv_put(ROUTES_KEY, table.to_json(), "writing the routing table")
 
     def routes(self) -> RoutingTable | None:
         """The routing table the workers wrote, or None before any worker started."""
-        async def get() -> bytes | None:
-            kv = await self._js.key_value(BUCKET)
-            try:
-                entry = await kv.get(ROUTES_KEY)
-            except KeyNotFoundError:
-                return None
-            return entry.value
-        data = self._retry(get, "reading the routing table", attempts=4)
+        data = self._kv_get(ROUTES_KEY, "reading the routing table", attempts=4)
         return None if data is None else RoutingTable.from_json(data)
 
     # ---- publishing ----
