@@ -77,6 +77,11 @@ class StoreError(GpusloError):
     """The database refused or failed an operation."""
 
 
+class TransactionConflict(StoreError):
+    """PostgreSQL aborted the transaction for a concurrent one (deadlock, serialization failure): nothing of it
+    was written, and the same transaction run again normally succeeds."""
+
+
 class ConflictError(StoreError):
     """An idempotency key was reused with a different body."""
 

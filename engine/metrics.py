@@ -24,7 +24,7 @@ from gpuslo.engine.metrics_http import HttpMetrics
 from gpuslo.engine.metrics_signals import SignalMetrics
 
 # The reasons gpuslo.engine.runtime counts engine failures under.
-ENGINE_ERROR_REASONS = ("observed_collision", "batch", "store", "absence")
+ENGINE_ERROR_REASONS = ("observed_collision", "batch", "store", "store_conflict", "absence")
 
 
 class Metrics:

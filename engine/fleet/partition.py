@@ -9,6 +9,7 @@ embedded core does."""
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -20,7 +21,7 @@ import orjson
 from sqlalchemy import bindparam, text, update
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.errors import ConfigError, EventError, GpusloError
+from gpuslo.engine.errors import ConfigError, EventError, GpusloError, TransactionConflict
 from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.fleet import offsets, output, poison, publish, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
@@ -233,6 +234,14 @@ def store_batches(database: Database, pending: Sequence[Pending], owner: str, no
                 lost.append(exc.runner)
                 waiting = [p for p in waiting if p.runner is not exc.runner]
                 continue
+            except TransactionConflict as exc:  # lost to another worker's transaction: no fault of the batches
+                log.warning("storing %d partition batches: %s; retrying", len(waiting), exc)
+                metrics.engine_errors.labels("store_conflict").inc()
+                if stop is not None and stop.is_set():
+                    raise StoreAbandoned(f"stopped while {len(waiting)} partition batch(es) waited to be "
+                                         f"stored again; their offsets stay at the last stored batch") from exc
+                time.sleep(random.uniform(0.01, 0.1))  # PostgreSQL aborted one side; the other goes on
+                continue
             except Exception:  # noqa: BLE001  # any failure: retried, then split if the database answers
                 log.exception("storing %d partition batches failed; retrying in %.1fs", len(waiting), delay)
                 metrics.engine_errors.labels("store").inc()
@@ -262,6 +271,11 @@ def _store_each(database: Database, waiting: Sequence[Pending], owner: str, noti
             continue
         except LostPartition as exc:
             lost.append(exc.runner)
+            continue
+        except TransactionConflict as exc:  # not the batch's fault: stored whole again later
+            log.warning("partition %s: %s; retrying", item.runner.partition.name, exc)
+            metrics.engine_errors.labels("store_conflict").inc()
+            remaining.append(item)
             continue
         except Exception:  # noqa: BLE001
             log.exception("partition %s: storing its batch alone failed; storing it in parts",

@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpuslo.engine.errors import ConfigError, StoreError
+from gpuslo.engine.errors import ConfigError, StoreError, TransactionConflict
 
 _SQLITE_PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -41,12 +41,18 @@ _SQLITE_REDERIVABLE_SYNC = "NORMAL"
 _SQLITE_DEFAULT_SYNC = "FULL"
 
 
+# SQLSTATEs of a transaction PostgreSQL aborted for a concurrent one: deadlock_detected, serialization_failure.
+_CONFLICT_STATES = frozenset({"40P01", "40001"})
+
+
 def describe_error(operation: str, exc: BaseException) -> StoreError:
-    """A StoreError naming the operation and the driver's one-line reason, without the SQL or traceback."""
+    """A StoreError naming the operation and the driver's one-line reason, without the SQL or traceback;
+    TransactionConflict when the transaction lost to a concurrent one (run it again)."""
     cause = getattr(exc, "orig", None) or exc
     lines = str(cause).strip().splitlines()
     reason = lines[0] if lines else type(cause).__name__
-    return StoreError(f"{operation} failed: {reason}")
+    kind = TransactionConflict if getattr(cause, "sqlstate", None) in _CONFLICT_STATES else StoreError
+    return kind(f"{operation} failed: {reason}")
 
 
 def normalize_url(url: str) -> URL:

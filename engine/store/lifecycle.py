@@ -28,7 +28,9 @@ _STATE = ("status", "updated_at", "quiet_since", "last_notified_at", "acknowledg
 
 
 def _locked(session: Session, violation_id: int) -> ViolationRow:
-    row = session.scalars(select(ViolationRow).where(ViolationRow.id == violation_id).with_for_update()).first()
+    # FOR NO KEY UPDATE (as in violations.py): a transition never changes the id, so rows citing it stay writable.
+    row = session.scalars(select(ViolationRow).where(ViolationRow.id == violation_id)
+                          .with_for_update(key_share=True)).first()
     if row is None:
         raise NotFoundError(f"no violation with id {violation_id}")
     return row
@@ -130,7 +132,7 @@ def auto_resolve_due(session: Session, now: datetime, quiet_by_rule: Mapping[str
         select(ViolationRow).where(ViolationRow.status != "resolved")
         .where(ViolationRow.resolve_after_s.is_not(None) | ViolationRow.flapping
                | ViolationRow.rule_id.in_(list(quiet_by_rule)))
-        .order_by(ViolationRow.id).with_for_update()
+        .order_by(ViolationRow.id).with_for_update(key_share=True)
     )
     resolved = []
     for row in candidates:

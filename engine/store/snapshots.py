@@ -14,7 +14,8 @@ from gpuslo.engine.store.outbox_models import NotificationRow
 def violation(session: Session, violation_id: int) -> dict[str, Any] | None:
     """The fields a human action can change (None when the violation does not exist)."""
     # Locked as the action will lock it, so `before` is what the action changes (PostgreSQL; SQLite serializes).
-    row = session.scalars(select(ViolationRow).where(ViolationRow.id == violation_id).with_for_update()).first()
+    row = session.scalars(select(ViolationRow).where(ViolationRow.id == violation_id)
+                          .with_for_update(key_share=True)).first()
     if row is None:
         return None
     return {"status": row.status, "acknowledged_by": row.acknowledged_by, "resolved_by": row.resolved_by}

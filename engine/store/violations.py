@@ -67,7 +67,11 @@ _CANDIDATES = (select(*(_V[name] for name in _READ))
                       tuple_(_V.rule_id, _V.group_key).in_(bindparam("pairs", expanding=True)),
                       or_(_V.status != "resolved", _V.resolved_at >= bindparam("since")))
                .order_by(_V.id)
-               .with_for_update())  # ignored by SQLite, where BEGIN IMMEDIATE already serializes writers
+               # FOR NO KEY UPDATE: serializes writers of these violations as FOR UPDATE would, but not the
+               # foreign-key checks (FOR KEY SHARE) of rows that cite them (slo_causes, evidence). With FOR UPDATE
+               # two fleet workers, each holding violations the other's SLO causes cite, deadlocked. SQLite
+               # ignores it: BEGIN IMMEDIATE already serializes writers there.
+               .with_for_update(key_share=True))
 _REOPENS = select(_H.violation_id, _H.at).where(_H.violation_id.in_(bindparam("ids", expanding=True)),
                                                 _H.action == "reopened", _H.at >= bindparam("since"))
 _STORED_TEXT = select(_V.id, *(_V[name] for name in _TEXT)).where(_V.id.in_(bindparam("ids", expanding=True)))
