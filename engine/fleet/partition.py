@@ -22,7 +22,7 @@ from sqlalchemy import bindparam, text, update
 from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import ConfigError, EventError, GpusloError, TransactionConflict
-from gpuslo.engine.events import Event, trusted_event
+from gpuslo.engine.events import Event, parse_event
 from gpuslo.engine.fleet import offsets, output, poison, publish, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
@@ -161,7 +161,7 @@ class PartitionRunner:
                 continue
             for obj in objects:
                 try:
-                    events.append(trusted_event(obj))  # published validated (publish.py)
+                    events.append(parse_event(obj))
                 except EventError as exc:
                     self._bad(item.seq, exc)
         return events
