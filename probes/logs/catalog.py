@@ -44,7 +44,8 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # "NCCL communicator was aborted" line of the corpus and tests also holds "Error" or "Watchdog", so h15i gave
 # "L communicator"'s place to NCCL 2.0's "WARN C"; every corpus and test line with "NV_ERR_" or "GraphExec" also
 # holds another word (NVRM's "VRM", "cudaErrorGraphExec..."'s "Error", ") failed with error "), so h15j gave their
-# places to Ray's memory monitor, "Ray killed this worker" and the raylet's "killed due to memory pressure (OOM)"),
+# places to Ray's memory monitor, "Ray killed this worker" and the raylet's "N Workers (tasks / actors) killed due to
+# memory pressure (OOM)" ("(OOM)" measured 10 ms slower per 100 MB: "(" is common),
 # "Invalid " (was "Invalid loss") also holds compute-sanitizer's "Invalid __global__ read of size N bytes",
 # dmesg's "NVRM: API mismatch" and the kernel's "GPU has fallen off
 # the bus" hold "VRM" (a tool that relays the latter names its
@@ -62,7 +63,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"L work",
     b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"WARN C", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
-    b"Ray killed", b"(OOM)", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
+    b"Ray killed", b"Workers (tasks", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
     b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid ",
     b"Current loss scale", b"NvLink link", b"BFCArena", b"Detected a ", b"Fail - GPU", b"UDNN failure", b"Capture",
     b"Insufficient GPU memory", b"'s watchdog", b"Internal: unable to create", b"Executor creation failed",

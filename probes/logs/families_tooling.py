@@ -60,7 +60,12 @@ def _critical_xid(text: str) -> Found | None:
     return Found("gpu_fault", {"fault": "critical_xid", "pci_bus": canonical_pci_bus(match.group("pci"))})
 
 
-def _ray_memory_monitor(text: str) -> Found:
+_RAY_KILL = re.compile(r"killed due to memory pressure \(OOM\)|Ray killed this worker")
+
+
+def _ray_memory_monitor(text: str) -> Found | None:
+    if not _RAY_KILL.search(text):
+        return None  # "N Workers (tasks / actors)" that no memory monitor killed
     found = _ray_oom(text)
     return Found(found.kind, {**found.attrs, "error_name": "RayMemoryMonitorKill"},
                  pid=_int(r"\bpid=(\d+)", text))
@@ -89,14 +94,17 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("sanitizer_memcheck", _SANITIZER, _sanitizer),
     # the notice opens with "Memory on the node (IP: ...)": a family starting there keeps its sentences from
     # reading as prose
-    Family("ray_memory_monitor", _c(r"killed due to memory pressure \(OOM\)|^\s*Memory on the node \(IP: [^)]*\) "
+    # the raylet's summary counts the killed workers (0 is its line about crashes alone) and a console may wrap it
+    # after "(tasks /"
+    Family("ray_memory_monitor", _c(r"\b[1-9]\d* Workers \(tasks /|^\s*Memory on the node \(IP: [^)]*\) "
                                     r"where the (?:task|actor)|\bRay killed this worker\b"),
-           _ray_memory_monitor),
+           _ray_memory_monitor, complete=_c(r"killed due to memory pressure \(OOM\)|Ray killed this worker"),
+           max_lines=2),
 )
 NEEDS: dict[str, tuple[str, ...]] = {
     "trt_error_code_oom": ("Cuda Runtime (out of memory)", "OutOfMemory ("),
     "checked_nccl_error": ("NCCL error ",),
     "critical_xid": ("Detected Critical Xid Error",),
     "sanitizer_memcheck": ("= Invalid __",),
-    "ray_memory_monitor": ("memory pressure (OOM)", "Memory on the node (IP", "Ray killed this worker"),
+    "ray_memory_monitor": ("Workers (tasks", "Memory on the node (IP", "Ray killed this worker"),
 }

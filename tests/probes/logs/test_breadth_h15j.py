@@ -51,7 +51,12 @@ def test_rays_memory_monitor_kills_are_host_ooms_in_both_wordings():
                  "memory usage threshold of 0.95. Ray killed this worker (ID: 79) because it was the most recently "
                  "scheduled task.")
     assert (notice.attrs["api"], notice.attrs["total_bytes"], notice.pid) == ("host", 64 * 2**30, 4242)
-    assert b"(OOM)" in TRIGGER_WORDS and b"Ray killed" in TRIGGER_WORDS
+    assert b"Workers (tasks" in TRIGGER_WORDS and b"Ray killed" in TRIGGER_WORDS
+    # a summary that counts no memory-pressure kill is not one; one a console wrapped after "(tasks /" still is
+    assert events("(raylet) node_manager.cc:3069: 0 Workers (tasks / actors) killed due to memory pressure (OOM), 2 "
+                  "Workers crashed due to other reasons at node (ID: 5f, IP: 10.1.2.3)") == []
+    assert one("(raylet) node_manager.cc:3007: 4 Workers (tasks /\n actors) killed due to memory pressure (OOM), 0 "
+               "Workers crashed due to other reasons").attrs["api"] == "host"
     # the words took NV_ERR_'s and GraphExec's places: their lines still hold another word
     assert b"NV_ERR_" not in TRIGGER_WORDS and b"GraphExec" not in TRIGGER_WORDS
     assert one("cudaGraphExecUpdate(exec, graph, &node, &result) failed with error the graph update was not "
