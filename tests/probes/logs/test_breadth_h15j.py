@@ -3,8 +3,11 @@ formats of public reports (numbers changed), plus the trigger-word swaps they ne
 
 from __future__ import annotations
 
+import corpus
 from logprobe_helpers import events, one
 
+from gpuslo.engine.errors import EventError
+from gpuslo.engine.events import parse_event
 from gpuslo.probes.logs.catalog import TRIGGER_WORDS
 
 
@@ -97,3 +100,17 @@ def test_a_code_span_in_a_sentence_that_goes_on_is_a_quotation():
                   "node.") == []
     # a paste that is only the code span still reads
     assert one("`Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:455 'invalid argument'`").kind == "cuda_error"
+
+
+def test_every_event_of_every_corpus_excerpt_passes_the_event_schema():
+    """Ingest refuses an event the schema refuses, and the incident is lost: PyTorch's "last completed NCCL work: -1"
+    and a coalesced op's NumelIn=18446744073709551615 (size_t -1) made one (NVIDIA/nccl#1504's excerpt)."""
+    refused = []
+    for split in sorted(path.stem for path in corpus.CORPUS.glob("*.yaml")):
+        for case in corpus.load(split):
+            for event in corpus.run(case):
+                try:
+                    parse_event(event.to_dict())
+                except EventError as error:
+                    refused.append(f"{split}/{case.name}: {error}")
+    assert refused == []
