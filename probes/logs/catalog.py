@@ -24,6 +24,8 @@ from gpuslo.probes.logs.families_nccl import NCCL_BASE_FAMILIES, NCCL_FAMILIES, 
 from gpuslo.probes.logs.families_oom import OOM_FAMILIES
 from gpuslo.probes.logs.families_serving import NEEDS as SERVING_NEEDS
 from gpuslo.probes.logs.families_serving import SERVING_FAMILIES
+from gpuslo.probes.logs.families_tooling import NEEDS as TOOLING_NEEDS
+from gpuslo.probes.logs.families_tooling import TOOLING_FAMILIES_BEFORE
 from gpuslo.probes.logs.families_training import NEEDS as TRAINING_NEEDS
 from gpuslo.probes.logs.families_training import TRAINING_FAMILIES
 from gpuslo.probes.logs.patterns import NEW_RECORD, Family
@@ -40,7 +42,12 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # Words that another word covers by construction are left out: CUBLAS_STATUS_/CUDNN_STATUS_ hold "_STATUS_", "SXid"
 # holds "Xid" (h15i gave its place to TensorFlow/XLA's "Resource exhausted: Failed to allocate request ..."; every
 # "NCCL communicator was aborted" line of the corpus and tests also holds "Error" or "Watchdog", so h15i gave
-# "L communicator"'s place to NCCL 2.0's "WARN C"), dmesg's "NVRM: API mismatch" and the kernel's "GPU has fallen off
+# "L communicator"'s place to NCCL 2.0's "WARN C"; every corpus and test line with "NV_ERR_" or "GraphExec" also
+# holds another word (NVRM's "VRM", "cudaErrorGraphExec..."'s "Error", ") failed with error "), so h15j gave their
+# places to Ray's memory monitor, "Ray killed this worker" and the raylet's "N Workers (tasks / actors) killed due to
+# memory pressure (OOM)" ("(OOM)" measured 10 ms slower per 100 MB: "(" is common),
+# "Invalid " (was "Invalid loss") also holds compute-sanitizer's "Invalid __global__ read of size N bytes",
+# dmesg's "NVRM: API mismatch" and the kernel's "GPU has fallen off
 # the bus" hold "VRM" (a tool that relays the latter names its
 # "Xid"/"XID" 79), vLLM's "Free memory on device ..." and "No available memory for the cache blocks" are raised as
 # ValueError (so printed after "ValueError: ", which holds "Error"), nvidia-smi's "device handle for GPU ...: GPU is
@@ -56,8 +63,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"L work",
     b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"WARN C", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
-    b"NV_ERR_", b"GraphExec", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
-    b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid loss",
+    b"Ray killed", b"Workers (tasks", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
+    b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid ",
     b"Current loss scale", b"NvLink link", b"BFCArena", b"Detected a ", b"Fail - GPU", b"UDNN failure", b"Capture",
     b"Insufficient GPU memory", b"'s watchdog", b"Internal: unable to create", b"Executor creation failed",
     b"/library version mismatch", b"CUFFT", b"CUresult", b"XID", b".cu at line", b"Success", b"Gpu API",
@@ -77,7 +84,8 @@ TRIGGER = re.compile(_grouped(TRIGGER_WORDS))
 
 
 def _families() -> tuple[Family, ...]:
-    rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *CUDA_FAMILIES_BEFORE,
+    rest = (*XID_FAMILIES, *NCCL_BASE_FAMILIES, NCCL_WARN, *NCCL_FAMILIES, *DRIVER_FAMILIES, *TOOLING_FAMILIES_BEFORE,
+            *CUDA_FAMILIES_BEFORE,
             *CHECK_FAMILIES, *OOM_FAMILIES, *CUDA_STATUS_FAMILIES, *SERVING_FAMILIES, *CUDA_FAMILIES_AFTER,
             *LOSS_FAMILIES, *TRAINING_FAMILIES, *GENERIC_FAMILIES)
     assert len({f.name for f in rest}) == len(rest)
@@ -147,7 +155,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
     "any_xid": ("XID", "Xid"),
     "allocation_failed": ("o allocate", "annot allocate", "llocation "), **CHECK_NEEDS, **SERVING_NEEDS,
-    **TRAINING_NEEDS,
+    **TRAINING_NEEDS, **TOOLING_NEEDS,
     "collective_timed_out": ("imed out", "imeout", "imed  out", "imedout", "ime out", "imeOut"),
 }
 FAMILIES: tuple[Family, ...] = tuple(replace(f, needs=_NEEDS[f.name]) for f in _families())

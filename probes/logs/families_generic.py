@@ -93,8 +93,16 @@ _OOM_WORDS = re.compile(r"\b[Oo]ut of (?:GPU |[Dd]evice |CUDA |video )?memory\b|
                         r"|\bOUT OF MEMORY\b")
 
 
+# a condition the wording sits in, within its sentence: advice ("If you are running out of memory, consider
+# decreasing `gpu_memory_utilization`"), not a report
+_CONDITIONAL = re.compile(r"\b[Ii]f\s+(?:you|your|it|the|this|we)\b[^.!?;]*$")
+
+
 def _oom_wording(text: str) -> Found | None:
     if not _GPU_MARK.search(text):
+        return None
+    wording = _OOM_WORDS.search(text)
+    if wording is not None and _CONDITIONAL.search(text, 0, wording.start()):
         return None
     # a status number beside the wording (Paddle's "(External) CUDA error(2), out of memory.") names the status,
     # so that the hint line after it ("[Hint: 'cudaErrorMemoryAllocation'. ...]") is the same incident's echo

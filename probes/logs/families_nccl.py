@@ -22,8 +22,14 @@ def _watchdog(text: str) -> Found:
     return Found("nccl_timeout", _clean({
         "op": op.group(1) if (op := re.search(r"OpType=(\w+)", text)) else None,
         "seq": _int(r"SeqNum=(\d+)", text), "timeout_ms": _int(r"Timeout\(ms\)=(\d+)", text),
-        "elapsed_ms": _int(r"ran\s*for\s*(\d+)\s*milliseconds", text), "numel": _int(r"NumelIn=(\d+)", text),
+        "elapsed_ms": _int(r"ran\s*for\s*(\d+)\s*milliseconds", text), "numel": _numel(text),
         "pg": _pg(text)}), rank=_first_rank(text))
+
+
+def _numel(text: str) -> int | None:
+    """NumelIn, unless it is the (size_t)-1 a coalesced op prints for "no one size" (NumelIn=18446744073709551615)."""
+    numel = _int(r"NumelIn=(\d+)", text)
+    return numel if numel is not None and numel < 2**63 else None
 
 
 def _heartbeat(text: str) -> Found:
@@ -143,6 +149,13 @@ def _pg_failed(text: str) -> Found:
     return _with_watchdog(Found("nccl_timeout", _clean({"pg": _pg(text)}), rank=_pg_rank(text)), text)
 
 
+def _completed(text: str) -> int | None:
+    """The last completed work's sequence number; PyTorch prints -1 when none has completed (left out: the event
+    schema's sequence numbers are never negative, and ingest would refuse the whole event)."""
+    completed = _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text)
+    return completed if completed is not None and completed >= 0 else None
+
+
 def _pg_work(text: str) -> Found:
     """"Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL work: K" (2.2-2.4) and
     "failure detected by watchdog at work sequence id: N PG status: last enqueued work: M, last completed work:
@@ -150,7 +163,7 @@ def _pg_work(text: str) -> Found:
     return _with_watchdog(Found("nccl_timeout", _clean({
         "seq": _int(r"(?:NCCL\s*work|sequence\s*id|watchdog\s*at\s*work):\s*(\d+)", text),
         "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
-        "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
+        "last_completed_seq": _completed(text),
         "pg": _pg(text)}), rank=_pg_rank(text)), text)
 
 
@@ -160,7 +173,7 @@ def _pg_dump_signal(text: str) -> Found:
     ProcessGroupNCCL's heartbeat monitor; the collective is not named."""
     return Found("nccl_timeout", _clean({
         "last_enqueued_seq": _int(r"last\s*enqueued\s*(?:NCCL\s*)?work:\s*(\d+)", text),
-        "last_completed_seq": _int(r"last\s*completed\s*(?:NCCL\s*)?work:\s*(-?\d+)", text),
+        "last_completed_seq": _completed(text),
         "pg": _pg(text)}), rank=_pg_rank(text))
 
 

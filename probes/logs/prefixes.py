@@ -58,6 +58,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # glog / c10 / absl: "[E ProcessGroupNCCL.cpp:475] ", "[E1015 12:34:56.7 ProcessGroupNCCL.cpp:616] ",
     # "E0101 12:00:00.000000 1234 client.cc:12] ", TF's "W tensorflow/core/x.cc:12] "
     r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? [\w./-]+:\d+\]\s?",
+    # Open MPI's --timestamp-output and --tag-output: "Fri Aug 11 12:31:45 2023[1,0]<stdout>:" (job, rank, stream)
+    r"(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4}))?"
+    r"\[\d+,(?P<mpirank>\d+)\]<(?:stdout|stderr|stddiag)>: ?",
     # mpirun's rank tag in front of NCCL's prefix: "[2] node0:13572:13640 [1] "
     r"\[(?P<mpirank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )",
     # srun --label's task tag in front of NCCL's prefix or a traceback: "201: :41367:41367 [1] ", "201: Traceback"

@@ -132,6 +132,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # typographic quotes open a quotation; no log line starts with one
     if _open_quote(head) and len(_WORD.findall(head)) >= 2:
         return True  # inside a quotation that a sentence opened
+    if head.count("`") % 2 and "`" in tail and len(_WORD.findall(tail[tail.index("`") + 1:])) >= LONG_SENTENCE:
+        return True  # a code span that closes and a sentence goes on: "- TP=4: `Failed: Cuda error ...` (vLLM's
+        # custom all-reduce), while NCCL itself works on the node."
     if not structured and len(_WORD.findall(head)) >= PLAIN_WORDS:
         return True
     if (not structured and head.rstrip().endswith("(") and _GLOSS_END.match(tail)

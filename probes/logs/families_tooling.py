@@ -1,0 +1,110 @@
+"""Inference-runtime and cluster-tooling wordings that the other family modules do not read (issue 15, heldout21).
+
+Each family reads a format, not one report's text:
+- TensorRT's logger states an allocation failure as an error code and a category ("Error Code 1: Cuda Runtime (out
+  of memory)", "Error Code 2: OutOfMemory (no further information)"), and its allocator's warning on the next line
+  says how much it asked for ("Requested amount of GPU memory (N bytes) could not be allocated"): one OOM with
+  its bytes.
+- TensorRT-LLM's NCCL check inside an assertion: "Assertion failed: Failed, NCCL error <file>:<line>
+  '<ncclGetErrorString text> (run with NCCL_DEBUG=WARN for details)'" (the executor's rank is in the logger's
+  "[RANK N]").
+- A relayed Xid without its number: "GPU 00000000:06:00.0: Detected Critical Xid Error" (DCGM-based health checks
+  print it before the job's traceback): a `gpu_fault` (`critical_xid`) of that bus, since `gpu_xid` needs the number.
+- compute-sanitizer / cuda-memcheck's memcheck report: "========= Invalid __global__ read of size 2 bytes" (then
+  the kernel, thread and address lines): a kernel's out-of-bounds access, the illegal address a run without the tool
+  would fault on.
+- Ray's memory monitor when it kills a worker for *host* memory: the raylet's summary ("N Workers (tasks / actors)
+  killed due to memory pressure (OOM)") and the kill notice ("... which exceeds the memory usage threshold of 0.95.
+  Ray killed this worker ..."); `ray_oom` reads the same notice behind `OutOfMemoryError: Task was killed`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuslo.engine.events import canonical_pci_bus
+from gpuslo.probes.logs.families_nccl import _NCCL_RESULTS
+from gpuslo.probes.logs.families_oom import _ray_oom
+from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _int
+
+_TRT_BYTES = re.compile(r"GPU\s*memory\s*\((\d+)\s*bytes\)|Requested\s*size\s*was\s*(\d+)\s*bytes")
+
+
+def _trt_oom(text: str) -> Found:
+    match = _TRT_BYTES.search(text)
+    requested = int(match.group(1) or match.group(2)) if match else None
+    return Found("cuda_oom", _clean({"requested_bytes": requested, "error_name": "cudaErrorMemoryAllocation",
+                                     "error_code": 2, "api": "tensorrt"}))
+
+
+_CHECKED_NCCL = re.compile(r"\bNCCL error [^\s']+:\d+ '(?P<text>[^'(\n]+?)\s*(?:\(|')")
+
+
+def _checked_nccl(text: str) -> Found | None:
+    match = _CHECKED_NCCL.search(text)
+    if not match:
+        return None
+    name, code = _NCCL_RESULTS.get(match.group("text").strip(), (None, None))
+    return Found("nccl_error", _clean({"error_name": name, "error_code": code}))
+
+
+_CRITICAL_XID = re.compile(r"\bGPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?: "
+                           r"Detected Critical Xid Error\b")
+
+
+def _critical_xid(text: str) -> Found | None:
+    match = _CRITICAL_XID.search(text)
+    if not match:
+        return None
+    # no number: an event schema's gpu_xid needs one, so it is the device's fault, named for what was relayed
+    return Found("gpu_fault", {"fault": "critical_xid", "pci_bus": canonical_pci_bus(match.group("pci"))})
+
+
+_RAY_KILL = re.compile(r"killed due to memory pressure \(OOM\)|Ray killed this worker")
+
+
+def _ray_memory_monitor(text: str) -> Found | None:
+    if not _RAY_KILL.search(text):
+        return None  # "N Workers (tasks / actors)" that no memory monitor killed
+    found = _ray_oom(text)
+    return Found(found.kind, {**found.attrs, "error_name": "RayMemoryMonitorKill"},
+                 pid=_int(r"\bpid=(\d+)", text))
+
+
+_SANITIZER = re.compile(r"^\s*=+ Invalid __(?P<space>global|shared|local)__ (?P<op>read|write|atomic)\w* of size "
+                        r"(?P<size>\d+) bytes?")
+
+
+def _sanitizer(text: str) -> Found | None:
+    match = _SANITIZER.search(text)
+    if not match:
+        return None
+    return Found("cuda_error", {"error_name": "cudaErrorIllegalAddress", "error_code": 700,
+                                "api": f"compute-sanitizer {match.group('space')} {match.group('op')}"})
+
+
+# before the CUDA status families: "Error Code 1: Cuda Runtime (out of memory)" would otherwise be read alone
+TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
+    Family("trt_error_code_oom", _c(r"\bError Code \d+: (?:Cuda Runtime \(out of memory\)"
+                                    r"|OutOfMemory \((?!Requested size)[^)\n]*\))"), _trt_oom,
+           complete=_c(r"could not be allocated"), max_lines=2,
+           accept=_c(r"Requested amount of GPU memory \(\d+ bytes\) could not be allocated")),
+    Family("checked_nccl_error", _c(r"\bNCCL error [^\s']+:\d+ '"), _checked_nccl),
+    Family("critical_xid", _CRITICAL_XID, _critical_xid),
+    Family("sanitizer_memcheck", _SANITIZER, _sanitizer),
+    # the notice opens with "Memory on the node (IP: ...)": a family starting there keeps its sentences from
+    # reading as prose
+    # the raylet's summary counts the killed workers (0 is its line about crashes alone) and a console may wrap it
+    # after "(tasks /"
+    Family("ray_memory_monitor", _c(r"\b[1-9]\d* Workers \(tasks /|^\s*Memory on the node \(IP: [^)]*\) "
+                                    r"where the (?:task|actor)|\bRay killed this worker\b"),
+           _ray_memory_monitor, complete=_c(r"killed due to memory pressure \(OOM\)|Ray killed this worker"),
+           max_lines=2),
+)
+NEEDS: dict[str, tuple[str, ...]] = {
+    "trt_error_code_oom": ("Cuda Runtime (out of memory)", "OutOfMemory ("),
+    "checked_nccl_error": ("NCCL error ",),
+    "critical_xid": ("Detected Critical Xid Error",),
+    "sanitizer_memcheck": ("= Invalid __",),
+    "ray_memory_monitor": ("Workers (tasks", "Memory on the node (IP", "Ray killed this worker"),
+}
