@@ -47,6 +47,8 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # places to Ray's memory monitor, "Ray killed this worker" and the raylet's "N Workers (tasks / actors) killed due to
 # memory pressure (OOM)" ("(OOM)" measured 10 ms slower per 100 MB: "(" is common),
 # "Invalid " (was "Invalid loss") also holds compute-sanitizer's "Invalid __global__ read of size N bytes",
+# every corpus and test line with "CUFFT" also holds another word ("CuFFTError", "RuntimeError: cuFFT error: ..."), so
+# h15k gave its place to the CUDA samples' "cudaSafeCall() Runtime API error 700: <text>" ("API error"),
 # dmesg's "NVRM: API mismatch" and the kernel's "GPU has fallen off
 # the bus" hold "VRM" (a tool that relays the latter names its
 # "Xid"/"XID" 79), vLLM's "Free memory on device ..." and "No available memory for the cache blocks" are raised as
@@ -67,7 +69,7 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid ",
     b"Current loss scale", b"NvLink link", b"BFCArena", b"Detected a ", b"Fail - GPU", b"UDNN failure", b"Capture",
     b"Insufficient GPU memory", b"'s watchdog", b"Internal: unable to create", b"Executor creation failed",
-    b"/library version mismatch", b"CUFFT", b"CUresult", b"XID", b".cu at line", b"Success", b"Gpu API",
+    b"/library version mismatch", b"API error", b"CUresult", b"XID", b".cu at line", b"Success", b"Gpu API",
     b"'thrust::", b"!!!! kernel", b"Cuda ", b"Xid",
 )
 
@@ -128,7 +130,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "startup_free_memory": ("Free memory on device",),
     "pg_dump_signal": ("dump signal due to a collective timeout",),
     "cuda_status": ("CUDA", "Cuda", "cuBLAS Error", "cuda runtime error", "CUBLAS_STATUS_", "HIP error",
-                    "CUDNN failure", "CUresult error", "Internal: unable to create", "Invalid error code ("),
+                    "CUDNN failure", "CUresult error", "Internal: unable to create", "Invalid error code (",
+                    "API error"),
     "cuda_graph": ("CUDA graph capture", "cudaErrorStreamCapture", "cudaErrorCapturedEvent"),
     "capture_generic": ("CUDA graph capture on the stream", "ailed to end stream capture", "cudaStreamEndCapture",
                         "stream capture "),

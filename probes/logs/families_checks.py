@@ -12,7 +12,7 @@ import re
 
 from gpuslo.probes.logs.families_cuda import _api, _cuda_gpu, _kind_for, _oom_bytes
 from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first_rank
-from gpuslo.probes.logs.units import CUBLAS_STATUS, find_status, status_for_code
+from gpuslo.probes.logs.units import CUBLAS_STATUS, CUBLAS_TEXTS, find_status, status_for_code
 
 _CUBLAS_BY_CODE = {code: "CUBLAS_STATUS_" + name for name, code in CUBLAS_STATUS.items()}
 
@@ -125,28 +125,13 @@ def _driver_number(text: str) -> Found | None:
     return Found(_kind_for(status[1]), {"error_name": status[0], "error_code": status[1], "api": "cuda driver"})
 
 
-# cuBLAS's own status strings (cublasGetStatusString), as THC ("cublas runtime error : the GPU program failed to
-# execute at THCBlas.cu:278") and TransformerEngine ("cublas_gemm: cuBLAS Error: the requested functionality is not
-# supported") print them
-_CUBLAS_TEXTS = {
-    "the library was not initialized": "NOT_INITIALIZED", "resource allocation failed": "ALLOC_FAILED",
-    # cublasGetStatusString's wording of two of them (TransformerEngine's "cuBLAS Error: ...")
-    "the resource allocation failed": "ALLOC_FAILED",
-    "an unsupported value or parameter was passed to the function": "INVALID_VALUE",
-    "an invalid numeric value was used as an argument": "INVALID_VALUE",
-    "an absent device architectural feature is required": "ARCH_MISMATCH",
-    "an access to gpu memory space failed": "MAPPING_ERROR", "the gpu program failed to execute": "EXECUTION_FAILED",
-    "an internal operation failed": "INTERNAL_ERROR", "the requested functionality is not supported": "NOT_SUPPORTED",
-    "the functionnality requested requires some license and an error was detected when trying to check the current "
-    "licensing": "LICENSE_ERROR",
-}
 _CUBLAS_TEXT = re.compile(r"\b(?:cublas runtime error|cuBLAS Error)\s*:\s*(?P<text>[a-z][a-z ]+?)\s*(?: at |$|\.|\()",
                           re.IGNORECASE)
 
 
 def _cublas_text(text: str) -> Found | None:
     match = _CUBLAS_TEXT.search(text)
-    status = _CUBLAS_TEXTS.get(match.group("text").lower()) if match else None
+    status = CUBLAS_TEXTS.get(match.group("text").lower()) if match else None
     if status is None:
         return None
     return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error", {

@@ -10,6 +10,7 @@ import re
 from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first, _first_rank, _gpu_any, _int, _size
 from gpuslo.probes.logs.units import (
     CUBLAS_STATUS,
+    CUBLAS_TEXTS,
     GRAPH_CODES,
     cuda_status,
     find_scheme_status,
@@ -60,7 +61,10 @@ _CUDA_TEXT = re.compile(
     r"|(?:[Ff]ailed to|[Cc]annot|[Uu]nable to) initiali[sz]e CUDA:\s*(?P<init>[^\n]+?)(?:\s*$|\n)"
     r"|CUDA initiali[sz]ation failure with error (?P<initnum>\d+)"
     r"|(?P<driver>CUDA_ERROR_[A-Z_]+)"
-    r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)")
+    r"|CUBLAS_STATUS_(?P<cublas>[A-Z_]+)"
+    # the CUDA samples' helper_cuda/cutil checks: "file.cu(1571) : cudaSafeCall() Runtime API error 700: an illegal
+    # memory access was encountered." (and "Driver API error" for cuSafeCallNoSync)
+    r"|(?:Runtime|Driver) API error (?P<apinum>\d+): (?P<apitext>[^\n]+?)\.?\s*(?:\n|$)")
 _API = re.compile(
     r"when calling `(\w+)|call='(\w+)|expr=(\w+)|CUDA runtime error in (?:::)?(\w+)|on CUDA API call to (\w+)"
     r"|failed call to (cu\w+)|at function (cuda\w+)\(|\b(cuda[A-Z]\w*)\(\)\s*error\b"
@@ -73,7 +77,7 @@ _API = re.compile(
     # tiny-cuda-nn's and other checks: "cudaEventRecord(m_event, m_stream) failed with error <text>"
     r"|\b(cu(?:da)?[A-Z]\w*)\([^\n()]*\) failed with error ", re.MULTILINE)
 _STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2", "driver",
-           "init", "initnum", "curesult", "rsnum", "stream", "invnum")
+           "init", "initnum", "curesult", "rsnum", "stream", "invnum", "apitext")
 
 
 def _api(text: str) -> str | None:
@@ -84,7 +88,8 @@ def _api(text: str) -> str | None:
 def _cuda_gpu(text: str) -> int | None:
     return _first(_int(r"current\s*device:\s*(\d+)", text), _int(r"\bGPU=(\d+)", text),
                   _int(r"\bon\s*device\s*(\d+)", text), _int(r"\bdevice\s*ordinal\s*(\d+)", text),
-                  _int(r"\bon\s+GPU\s+(\d+)\b(?![.:]\d)", text))  # Paddle: "Out of memory error on GPU 0."
+                  _int(r"\bon\s+GPU\s+(\d+)\b(?![.:]\d)", text),  # Paddle: "Out of memory error on GPU 0."
+                  _int(r"@ gpu (\d+)\]", text))  # Gunrock's "[file.cuh, 781 @ gpu 1] ... (CUDA error 77: ...)"
 
 
 def _cuda(text: str) -> Found | None:
@@ -124,9 +129,15 @@ def _cuda(text: str) -> Found | None:
     number = (match.group("code") or match.group("thcode") or match.group("num") or match.group("ortnum")
               or match.group("ncclnum")
               or match.group("initnum") or match.group("curesult") or match.group("trtnum") or match.group("rsnum")
-              or match.group("invnum"))
+              or match.group("invnum") or match.group("apinum"))
     if code is None and number:
         name, code = status_for_code(int(number)) or (name, int(number))
+    cublas_text = CUBLAS_TEXTS.get(name.lower()) if code is None else None
+    if cublas_text is not None:  # ggml prints cuBLAS's status string after "CUDA error: "
+        name, code = "CUBLAS_STATUS_" + cublas_text, CUBLAS_STATUS[cublas_text]
+        return Found("cuda_oom" if cublas_text == "ALLOC_FAILED" else "cuda_error",
+                     _clean({"error_name": name, "error_code": code, "api": api_name}), gpu=_cuda_gpu(text),
+                     rank=_first_rank(text))
     if name.startswith("CUBLAS_STATUS_"):
         return None  # "CUDA error: CUBLAS_STATUS_..." is read by the CUBLAS branch on a second search
     if match.group("nccl") and api_name is None:
@@ -170,13 +181,15 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
                              r"|CUresult error\s+result=\d|(?:Cuda|cuBLAS) Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
                              r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
-                             r"|CUDA initiali[sz]ation failure with error \d"),
+                             r"|CUDA initiali[sz]ation failure with error \d|(?:Runtime|Driver) API error \d+:"),
            _cuda_or_cublas,
            # ... and GPUMD-style blocks: "CUDA Error:" then "File:", "Line:", "Error code: 700", "Error text: ..."
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "
                        r"|\n\s*Error text:\s*\S"),
            max_lines=5, joiner="\n",
+           # (a host's logger may print its prefix on each: "[ERROR] ggml_extend.hpp:72   -   current device: 0")
            accept=_c(r"^\s*(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)|^[a-z_][\w>.-]*\([^()\n]*\)\): "
+                     r"|^\[[A-Z]+\s*\][^\n]{0,60}?\s-\s+(?:current device: \d+|cu[A-Za-z]\w*\(.*\)\s*$)"
                      r"|^\s*(?:File|Line|Error code|Error text):\s")),
     Family("cuda_graph", _c(r"during CUDA graph capture|cudaErrorStreamCapture|cudaErrorCapturedEvent"
                             r"|CUDA graph capture failed"), _graph),

@@ -47,7 +47,9 @@ def _device_handle(text: str) -> Found | None:
 
 XID_FAMILIES: tuple[Family, ...] = (
     Family("nvrm_xid", _c(r"NVRM: Xid \("), _xid),
-    Family("device_handle", _c(r"Unable to determine the device handle for GPU\s*[0-9a-fA-F]{4,8}:"), _device_handle),
+    # ("detect" in some nvidia-smi builds: the one a Hyper-V GPU-partition guest runs prints it)
+    Family("device_handle", _c(r"Unable to (?:determine|detect) the device handle for GPU\s*[0-9a-fA-F]{4,8}:"),
+           _device_handle),
     Family("fallen_off_bus", _c(r"(?:GPU has|has) fallen off the bus|: GPU is lost\b"), _fallen_off),
     # recent drivers split the sentence over "NVRM: " lines (dmesg indents them; journald prefixes each)
     Family("nvrm_gpu_lost", _c(r"NVRM: The NVIDIA GPU [0-9a-fA-F]{4,8}:"), _gpu_lost_block,

@@ -1,4 +1,4 @@
-"""Inference-runtime and cluster-tooling wordings that the other family modules do not read (issue 15, heldout21).
+"""Inference-runtime and cluster-tooling wordings that the other family modules do not read (issue 15, heldout21-22).
 
 Each family reads a format, not one report's text:
 - TensorRT's logger states an allocation failure as an error code and a category ("Error Code 1: Cuda Runtime (out
@@ -16,6 +16,10 @@ Each family reads a format, not one report's text:
 - Ray's memory monitor when it kills a worker for *host* memory: the raylet's summary ("N Workers (tasks / actors)
   killed due to memory pressure (OOM)") and the kill notice ("... which exceeds the memory usage threshold of 0.95.
   Ray killed this worker ..."); `ray_oom` reads the same notice behind `OutOfMemoryError: Task was killed`.
+- Ray's re-raise of a task's own exception names its class in parentheses: "ray.exceptions.RayTaskError(
+  OutOfMemoryError): ray::WorkerDict.update_actor() (pid=N, ip=...)" is the task's torch.OutOfMemoryError (a memory
+  monitor kill is raised as ray.exceptions.OutOfMemoryError itself, not wrapped), seen at the driver when the
+  worker's own traceback is in another log (issue 15, heldout22).
 """
 
 from __future__ import annotations
@@ -71,6 +75,13 @@ def _ray_memory_monitor(text: str) -> Found | None:
                  pid=_int(r"\bpid=(\d+)", text))
 
 
+_RAY_TASK_OOM = re.compile(r"\bRayTaskError\((?:[\w.]+\.)?OutOfMemoryError\):")
+
+
+def _ray_task_oom(text: str) -> Found:
+    return Found("cuda_oom", {"error_name": "OutOfMemoryError"}, pid=_int(r"\(pid=(\d+)", text))
+
+
 _SANITIZER = re.compile(r"^\s*=+ Invalid __(?P<space>global|shared|local)__ (?P<op>read|write|atomic)\w* of size "
                         r"(?P<size>\d+) bytes?")
 
@@ -92,6 +103,7 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("checked_nccl_error", _c(r"\bNCCL error [^\s']+:\d+ '"), _checked_nccl),
     Family("critical_xid", _CRITICAL_XID, _critical_xid),
     Family("sanitizer_memcheck", _SANITIZER, _sanitizer),
+    Family("ray_task_oom", _RAY_TASK_OOM, _ray_task_oom),
     # the notice opens with "Memory on the node (IP: ...)": a family starting there keeps its sentences from
     # reading as prose
     # the raylet's summary counts the killed workers (0 is its line about crashes alone) and a console may wrap it
@@ -106,5 +118,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "checked_nccl_error": ("NCCL error ",),
     "critical_xid": ("Detected Critical Xid Error",),
     "sanitizer_memcheck": ("= Invalid __",),
+    "ray_task_oom": ("OutOfMemoryError):",),
     "ray_memory_monitor": ("Workers (tasks", "Memory on the node (IP", "Ray killed this worker"),
 }

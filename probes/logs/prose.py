@@ -57,7 +57,9 @@ _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|we
 # at '<message>', src/main.rs:216:18" (before Rust 1.73; later ones print the location first)
 _THROW_REPORT = re.compile(r"\bC\+\+ exception with description \"[^\"]*$|^\s*thread '[^']*' panicked at '")
 # a Chinese or Japanese lead that ends in a colon, then the pasted exception ("老是报这个问题：RuntimeError: ...")
-_CJK_LEAD_THEN_PASTE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff][：:]\s*[\w.]*(?:Error|Exception)\b:"
+# (or a CLI's bare "Error: " glued to it: ollama's error printed right after the model's streamed Chinese answer; a
+# sentence glued to a class name, "显存一直提示torch.AcceleratorError: ...", stays prose)
+_CJK_LEAD_THEN_PASTE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff](?:[：:]\s*[\w.]*(?:Error|Exception)\b:|Error: )"
                                   r"[^\u3040-\u30ff\u4e00-\u9fff]*$")
 # a markdown error report's field: "- **Exception Type:** <name>" (ComfyUI's "Error Report")
 _REPORT_FIELD = re.compile(r"^\s*[-*]\s+\*\*(?:Exception|Error) (?:Type|Message):\*\*\s*$")

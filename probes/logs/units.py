@@ -101,6 +101,25 @@ CUBLAS_STATUS = {"NOT_INITIALIZED": 1, "ALLOC_FAILED": 3, "INVALID_VALUE": 7, "A
                  "LICENSE_ERROR": 16}
 GRAPH_CODES = range(900, 911)
 
+# cuBLAS's own status strings (cublasGetStatusString), as THC ("cublas runtime error : the GPU program failed to
+# execute at THCBlas.cu:278") and TransformerEngine ("cublas_gemm: cuBLAS Error: the requested functionality is not
+# supported") print them
+CUBLAS_TEXTS = {
+    "the library was not initialized": "NOT_INITIALIZED", "resource allocation failed": "ALLOC_FAILED",
+    # cublasGetStatusString's wording of two of them (TransformerEngine's "cuBLAS Error: ...")
+    "the resource allocation failed": "ALLOC_FAILED",
+    "an unsupported value or parameter was passed to the function": "INVALID_VALUE",
+    "an invalid numeric value was used as an argument": "INVALID_VALUE",
+    "an absent device architectural feature is required": "ARCH_MISMATCH",
+    "an access to gpu memory space failed": "MAPPING_ERROR", "the gpu program failed to execute": "EXECUTION_FAILED",
+    # the older cublasGetStatusString wording of EXECUTION_FAILED (ggml: "CUDA error: the function failed to launch
+    # on the GPU" over a cublasSgemm_v2 call; the cuSPARSE and hipBLAS tables print it too)
+    "the function failed to launch on the gpu": "EXECUTION_FAILED",
+    "an internal operation failed": "INTERNAL_ERROR", "the requested functionality is not supported": "NOT_SUPPORTED",
+    "the functionnality requested requires some license and an error was detected when trying to check the current "
+    "licensing": "LICENSE_ERROR",
+}
+
 
 def cuda_status(text: str) -> tuple[str, int | None]:
     """The (name, code) of a CUDA error string, name, or driver enum (`CUDA_ERROR_ILLEGAL_ADDRESS`)."""
