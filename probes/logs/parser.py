@@ -40,6 +40,10 @@ def _agrees(key: str, mine: object, theirs: object) -> bool:
     """A field a later copy states agrees with the earlier copy's (None states nothing)."""
     if mine is None or mine == theirs:
         return True
+    if key == "error_name" and isinstance(mine, str) and isinstance(theirs, str):
+        # a re-raise names the class without its module (Ray's "RayTaskError(OutOfMemoryError)" after the
+        # task's "torch.OutOfMemoryError"): the same error
+        return mine.rpartition(".")[2] == theirs.rpartition(".")[2]
     if key == "requested_bytes" and isinstance(mine, int) and isinstance(theirs, int) and theirs > 0:
         low, high = _RETRY_FRACTION
         return low * theirs <= mine <= high * theirs

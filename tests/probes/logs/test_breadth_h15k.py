@@ -67,3 +67,22 @@ def test_nvidia_smis_detect_wording_of_the_device_handle_failure():
     """jamesstringer90/Easy-GPU-PV#276: "Unable to detect the device handle for GPU...: Unknown Error"."""
     found = one("Unable to detect the device handle for GPU0000:C1:00.0: Unknown Error")
     assert (found.kind, found.attrs["pci_bus"], found.attrs["fault"]) == ("gpu_fault", "0000:c1:00", "gpu_inaccessible")
+
+
+def test_a_ray_re_raise_of_the_tasks_own_oom_is_the_same_incident():
+    """A Ray driver's log holds the task's own OOM (its stderr, "(WorkerDict pid=N, ...)") and then the caller's
+    re-raise, `RayTaskError(OutOfMemoryError)`, naming the class without its module: one incident, one event
+    (RootedTime/EasyR1#9's format; the two were two root OOMs for one page)."""
+    task = ("(WorkerDict pid=118848, ip=10.130.71.7) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            "12.47 GiB. GPU 0 has a total capacity of 79.11 GiB of which 8.85 GiB is free.\n")
+    relay = ("Traceback (most recent call last):\n"
+             '  File "/workspaces/EasyR1/verl/single_controller/ray/base.py", line 47, in func\n'
+             "    output = ray.get(output)\n"
+             "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_ref_update_actor() "
+             "(pid=118848, ip=10.130.71.7, actor_id=b2ba64f62469495ea505301701000000)\n")
+    found = events(task + relay)
+    assert [(e.kind, e.pid, e.gpu, e.attrs["requested_bytes"]) for e in found] == [
+        ("cuda_oom", 118848, 0, 13389560545)]
+    # the re-raise alone is still the incident; another task's OOM (another pid) is another incident
+    assert [e.labels["family"] for e in events(relay)] == ["ray_task_oom"]
+    assert len(events(task + relay.replace("pid=118848", "pid=200"))) == 2
