@@ -105,9 +105,12 @@ class RuleEvaluator:
                 raise RulebookNotLoaded(rulebook.name, rulebook.location.file, f"{type(exc).__name__}: {exc}") from exc
             fields = FactFields.of(plan)
             units.append(_Unit(plan, ruleset, fields, Prefilter(plan, fields)))
-        scopes = {window_scope(unit.plan.rulebook, rule): unit.plan.rulebook
-                  for unit in units for rule in unit.plan.rulebook.rules}
-        action_scopes = {name: window_scope(unit.plan.rulebook, action.rule)
+        # each rule's scope hashed once (an action's rule is the rulebook's own Rule object: looked up by identity)
+        by_rule = {id(rule): (window_scope(unit.plan.rulebook, rule), unit.plan.rulebook)
+                   for unit in units for rule in unit.plan.rulebook.rules}
+        scopes = dict(by_rule.values())
+        action_scopes = {name: by_rule[id(action.rule)][0] if id(action.rule) in by_rule
+                         else window_scope(unit.plan.rulebook, action.rule)
                          for unit in units for name, action in unit.plan.actions.items()}
         with self._lock:
             self._active = tuple(units)
