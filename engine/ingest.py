@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 
 from gpuslo.engine.errors import EventError, FieldProblem
+from gpuslo.engine.event_body import parse_event_body
 from gpuslo.engine.event_checks import REASONS, bounds_problem
 from gpuslo.engine.events import KINDS, Event, parse_event
 from gpuslo.engine.ingest_types import ACCEPTED, DUPLICATE, REJECTED, IngestReport, IngestResult
@@ -70,28 +71,37 @@ class Ingest:
     def __call__(self, items: Sequence[object]) -> IngestReport:
         results: list[IngestResult | None] = [None] * len(items)
         valid: list[tuple[int, Event]] = []
+        # The stored bodies are built with the events, before the transaction takes SQLite's write lock; an
+        # event sent in canonical form is serialized as it came (engine/event_body.py). The bus takes events.
+        bodies: list[str] | None = [] if self.publish is None else None
         now = self._clock()
         for index, item in enumerate(items):
             try:
-                event = parse_event(item)
+                if bodies is None:
+                    event = parse_event(item)
+                else:
+                    event, body = parse_event_body(item)
                 late = bounds_problem(event.time, now, self._skew_s)
                 if late is not None:
                     raise EventError([late])
                 valid.append((index, event))
+                if bodies is not None:
+                    bodies.append(body)
             except EventError as exc:
                 results[index] = IngestResult(index, _echo_id(item), REJECTED, exc.problems)
                 self.rejected(kind_label(item), exc.problems[0])
         if valid:
-            self._store(valid, results)
+            self._store(valid, results, bodies)
         return IngestReport(tuple(r for r in results if r is not None))
 
-    def _store(self, valid: list[tuple[int, Event]], results: list[IngestResult | None]) -> None:
+    def _store(self, valid: list[tuple[int, Event]], results: list[IngestResult | None],
+               bodies: list[str] | None) -> None:
         events = [event for _, event in valid]
-        bodies: list[str] | None = None
         if self.publish is not None:  # a bus that does not ack fails the request (503): nothing was refused
             statuses: list[str | FieldProblem] = list(self.publish(events))
         else:
-            bodies = repository.event_bodies(events)  # built before the transaction takes SQLite's write lock
+            if bodies is None:  # publish was unset while this request was parsed
+                bodies = repository.event_bodies(events)
             statuses = self._store_batch(events, bodies)
         self._count(valid, statuses, results, bodies)
 
