@@ -152,6 +152,18 @@ def _stated(pattern: re.Pattern[str]):  # type: ignore[no-untyped-def]
 _SAMPLE = _c(r"\(error code (?P<text>[a-zA-Z][^()]{2,160})\)")
 
 
+# a C++ library's check that prints where it failed, then the CUDA error text alone on the next line (Madrona's
+# "Error at <file>.cpp:1829 in <function>" / "an illegal memory access was encountered"); a next line that names no
+# CUDA error is not one
+_ERROR_AT = _c(r"^\s*Error at \S+\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp):\d+(?: in |\s*$)")
+
+
+def _error_at(text: str) -> Found | None:
+    _, _, after = text.partition("\n")
+    status = find_status(after) if after.strip() else None
+    return _found(status, after) if status is not None else None
+
+
 CHECK_FAMILIES: tuple[Family, ...] = (
     Family("cuda_check_failed", _CHECK, _check_failed),
     Family("opencv_gpu_api", _OPENCV, _opencv),
@@ -167,6 +179,8 @@ CHECK_FAMILIES: tuple[Family, ...] = (
     Family("cublas_text", _CUBLAS_TEXT, _cublas_text),
     Family("cuda_at_line", _AT_LINE, _stated(_AT_LINE)),
     Family("cuda_sample_check", _SAMPLE, _stated(_SAMPLE)),
+    Family("cuda_error_at", _ERROR_AT, _error_at, complete=_c(r"\n[^\n]*\S"), max_lines=2, joiner="\n",
+           accept=_c(r"^\s*[a-z]")),
 )
 """Tried after the CUDA status families (which read these lines' "CUDA error: ..." first when they have one)."""
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -174,6 +188,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "thrust_error": ("thrust::system::", " failed"), "terminate_cuda": ("terminate called after throwing",),
     "deepspeed_gemm": ("!!!! kernel execution error",), "cudacheck": ("Cuda error ",), "cuda_at_line": (" at line ",),
     "cuda_driver_number": ("Cuda driver error ",), "cuda_sample_check": ("(error code ",),
+    "cuda_error_at": ("Error at ",),
     "cublas_text": ("cublas runtime error", "cuBLAS Error", "CUBLAS RUNTIME ERROR", "cuBLAS error", "CUBLAS Error"),
 }
 # the prefilter's words for these lines (catalog.py): each led by a byte that is rare in log text

@@ -86,3 +86,15 @@ def test_a_ray_re_raise_of_the_tasks_own_oom_is_the_same_incident():
     # the re-raise alone is still the incident; another task's OOM (another pid) is another incident
     assert [e.labels["family"] for e in events(relay)] == ["ray_task_oom"]
     assert len(events(task + relay.replace("pid=118848", "pid=200"))) == 2
+
+
+def test_a_check_that_prints_its_location_then_the_bare_cuda_text_is_that_error():
+    """harnets/multiverse#3 (Madrona): "Error at <file>.cpp:N in <function>", then the CUDA error text alone."""
+    found = one("Error at /src/madrona/src/mw/cuda_exec.cpp:1829 in GPUEngineState madrona::initEngineAndUserState("
+                "uint32_t, void *)\nan illegal memory access was encountered")
+    assert (found.kind, found.attrs["error_name"], found.attrs["error_code"]) == (
+        "cuda_error", "cudaErrorIllegalAddress", 700)
+    assert one("Error at kernels.cu:12\nout of memory").kind == "cuda_oom"
+    # the same header over text that names no CUDA error is not an incident, nor is the header alone
+    assert events("Error at config.cpp:88 in load()\nthe file settings.json was not found") == []
+    assert events("Error at config.cpp:88 in load()") == []
