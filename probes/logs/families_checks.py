@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from gpuslo.probes.logs.families_cuda import _api, _cuda_gpu, _kind_for, _oom_bytes
+from gpuslo.probes.logs.families_cuda import _api, _cuda_gpu, _kind_for, _oom_bytes, cublas_found
 from gpuslo.probes.logs.patterns import Family, Found, _c, _clean, _first_rank
 from gpuslo.probes.logs.units import CUBLAS_STATUS, CUBLAS_TEXTS, find_status, status_for_code
 
@@ -134,8 +134,7 @@ def _cublas_text(text: str) -> Found | None:
     status = CUBLAS_TEXTS.get(match.group("text").lower()) if match else None
     if status is None:
         return None
-    return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error", {
-        "error_name": "CUBLAS_STATUS_" + status, "error_code": CUBLAS_STATUS.get(status), "api": "cublas"})
+    return cublas_found(status, CUBLAS_STATUS[status], "cublas")
 
 
 def _stated(pattern: re.Pattern[str]):  # type: ignore[no-untyped-def]

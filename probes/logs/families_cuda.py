@@ -92,6 +92,15 @@ def _cuda_gpu(text: str) -> int | None:
                   _int(r"@ gpu (\d+)\]", text))  # Gunrock's "[file.cuh, 781 @ gpu 1] ... (CUDA error 77: ...)"
 
 
+def cublas_found(status: str | None, code: int | None, api: str | None, *, gpu: int | None = None,
+                 rank: int | None = None) -> Found:
+    """A cuBLAS status (`CUBLAS_STATUS_` less its prefix; None: only the number is known) as an incident: an
+    allocation failure is an OOM, any other status a CUDA error."""
+    return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error",
+                 _clean({"error_name": "CUBLAS_STATUS_" + status if status else None, "error_code": code,
+                         "api": api}), gpu=gpu, rank=rank)
+
+
 def _cuda(text: str) -> Found | None:
     match = _CUDA_TEXT.search(text)
     if not match:
@@ -105,9 +114,7 @@ def _cuda(text: str) -> Found | None:
     if match.group("trtcublas"):
         code = int(match.group("trtcublas"))
         status = next((name for name, value in CUBLAS_STATUS.items() if value == code), None)
-        return Found("cuda_oom" if status == "ALLOC_FAILED" else "cuda_error", _clean({
-            "error_name": "CUBLAS_STATUS_" + status if status else None, "error_code": code, "api": "cublas"}),
-            gpu=_cuda_gpu(text))
+        return cublas_found(status, code, "cublas", gpu=_cuda_gpu(text))
     if match.group("curesult"):
         api = re.search(r"func=(\w+)", text)
         api_name = api.group(1) if api else api_name
@@ -134,10 +141,8 @@ def _cuda(text: str) -> Found | None:
         name, code = status_for_code(int(number)) or (name, int(number))
     cublas_text = CUBLAS_TEXTS.get(name.lower()) if code is None else None
     if cublas_text is not None:  # ggml prints cuBLAS's status string after "CUDA error: "
-        name, code = "CUBLAS_STATUS_" + cublas_text, CUBLAS_STATUS[cublas_text]
-        return Found("cuda_oom" if cublas_text == "ALLOC_FAILED" else "cuda_error",
-                     _clean({"error_name": name, "error_code": code, "api": api_name}), gpu=_cuda_gpu(text),
-                     rank=_first_rank(text))
+        return cublas_found(cublas_text, CUBLAS_STATUS[cublas_text], api_name, gpu=_cuda_gpu(text),
+                            rank=_first_rank(text))
     if name.startswith("CUBLAS_STATUS_"):
         return None  # "CUDA error: CUBLAS_STATUS_..." is read by the CUBLAS branch on a second search
     if match.group("nccl") and api_name is None:
