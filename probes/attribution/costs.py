@@ -37,13 +37,16 @@ class ProgramStats:
 
 @dataclass(frozen=True)
 class TrapCost:
-    """ns per call of a function: bare, with an empty uprobe on it, with an empty uprobe and uretprobe."""
+    """ns per call of a function: bare, with an empty uprobe on it, with an empty uprobe and uretprobe; and how
+    many times the empty program ran in each probed setting, over all rounds (0 unless bpf_stats was on)."""
 
     symbol: str
     calls: int
     bare_ns: float
     uprobe_ns: float
     uprobe_uretprobe_ns: float
+    uprobe_runs: int = 0
+    pair_runs: int = 0
 
     @property
     def uprobe_trap_ns(self) -> float:
@@ -101,23 +104,35 @@ def _per_call(fn: Callable[[], Any], calls: int) -> float:
 
 def trap_cost(library: str, symbol: str, call: Callable[[], Any], calls: int = 20_000, repeats: int = 5) -> TrapCost:
     """Times `call` (which calls `symbol` of `library` once) bare, under an empty uprobe, and under an empty
-    uprobe and uretprobe, interleaved `repeats` times; the least ns per call of each setting (noise only adds)."""
+    uprobe and uretprobe, interleaved `repeats` times; the least ns per call of each setting (noise only adds).
+    With bpf_stats on, it also counts the program's runs in each setting: the proof that each probe fired, which
+    the times alone cannot give (a return probe adds well under 1 µs to a trap that one preemption outweighs)."""
     from bcc import BPF
 
     bpf = BPF(text=NOOP)
     best = {"bare": float("inf"), "uprobe": float("inf"), "pair": float("inf")}
+    runs = {"uprobe": 0, "pair": 0}
     try:
         for _ in range(repeats):
             best["bare"] = min(best["bare"], _per_call(call, calls))
             bpf.attach_uprobe(name=library.encode(), sym=symbol.encode(), fn_name=b"at_noop")
+            before = _noop_runs(bpf)
             best["uprobe"] = min(best["uprobe"], _per_call(call, calls))
             bpf.attach_uretprobe(name=library.encode(), sym=symbol.encode(), fn_name=b"at_noop")
+            middle = _noop_runs(bpf)
             best["pair"] = min(best["pair"], _per_call(call, calls))
+            runs["uprobe"] += middle - before
+            runs["pair"] += _noop_runs(bpf) - middle
             for event in list(bpf.uprobe_fds):
                 bpf.detach_uprobe_event(event)
     finally:
         bpf.cleanup()
-    return TrapCost(symbol, calls, round(best["bare"], 1), round(best["uprobe"], 1), round(best["pair"], 1))
+    return TrapCost(symbol, calls, round(best["bare"], 1), round(best["uprobe"], 1), round(best["pair"], 1),
+                    runs["uprobe"], runs["pair"])
+
+
+def _noop_runs(bpf: Any) -> int:
+    return program_stats(bpf)["at_noop"].run_cnt
 
 
 def syscall_cost(calls: int = 100_000, repeats: int = 5) -> dict[str, float]:
