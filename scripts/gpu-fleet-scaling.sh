@@ -12,7 +12,9 @@
 # Environment (defaults in brackets): FLEET_KIT [.fleet], FLEET_ROOT [/tmp/gpuslo-fleet, wiped first],
 # PGPORT [5432], FLEET_PG_USER [gpuslo-pg: PostgreSQL refuses to run as root], FLEET_PG_SHARED_BUFFERS [4GB],
 # FLEET_EVENTS [150000], FLEET_WORKERS ["1 2 4 8"], FLEET_PARTITIONS [64],
-# FLEET_DEADLINE_S [530: seconds after the start by which everything, results included, is done].
+# FLEET_DEADLINE_S [530: seconds after the start by which everything, results included, is done];
+# FLEET_BENCH=engine runs bench/engine.py instead, pinned with PostgreSQL to ENGINE_CPUS [2,3], once for each
+# project tree of ENGINE_TREES [.] (issue 17's 2-core figures on a quiet machine).
 # OUT_DIR receives at most 7 files: fleet-scaling.log, machine.txt (uptime, nproc, packages), fleet-results.md (the
 # bench's section of bench/RESULTS.md), sampled-scaling.md and stored-events.csv (the sampler's),
 # postgresql.log, bench-logs.tar.gz (worker and NATS logs).
@@ -395,6 +397,25 @@ print("imports ok; database test answers:", version.split(",")[0])
 print("settings:", settings)
 EOF
 
+if [ "${FLEET_BENCH:-fleet}" = engine ]; then
+    # Issue 17's bench on a quiet stand-in for the 2-core machine: bench/engine.py with itself, its load generator
+    # and PostgreSQL (every process of the server, so the backends it forks too) pinned to ENGINE_CPUS, once per
+    # tree of ENGINE_TREES (each installed editable in turn into the one venv), figures as JSON in OUT_DIR.
+    cpus=${ENGINE_CPUS:-2,3}
+    for pid in $(pgrep -f "$pgbin/postgres"); do taskset -a -cp "$cpus" "$pid" > /dev/null || fail 28 "taskset $pid"; done
+    for tree in ${ENGINE_TREES:-.}; do
+        name=$(basename "$(cd "$tree" && pwd)")
+        "$vpy" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+            --disable-pip-version-check -e "$tree" > /dev/null || fail 27 "installing $tree"
+        remaining=$(( deadline - $(elapsed) - 15 ))
+        step "bench/engine.py in $tree ($(git -C "$tree" log -1 --format=%h 2>/dev/null || cat "$tree/.commit" 2>/dev/null)) on CPUs $cpus, at most ${remaining}s; $(uptime)"
+        [ "$remaining" -gt 30 ] || fail 28 "only ${remaining}s left for $tree"
+        (cd "$tree" && PYTHONUNBUFFERED=1 timeout -s TERM -k 10 "$remaining" taskset -c "$cpus" "$vpy" bench/engine.py \
+            --no-capacity --no-memory --no-write --json "$out/engine-$name.json") || fail 28 "bench/engine.py in $tree"
+    done
+    step "done"
+    exit 0
+fi
 remaining=$(( deadline - $(elapsed) - 25 ))
 step "bench/fleet.py --events $events --workers ${workers[*]} --partitions $partitions (at most ${remaining}s)"
 [ "$remaining" -gt 30 ] || fail 28 "only ${remaining}s left for the bench"
