@@ -32,7 +32,7 @@ def bus_servers(url: str) -> list[str]:
 def worker(ctx: click.Context, bus_url: str, partitions: int, name: str | None, replicas: int,
            store_events: str) -> None:
     """Evaluate a fair share of the rules' partitions from the bus and store the violations in PostgreSQL."""
-    from gpuslo.cli.serve import configure_logging
+    from gpuslo.cli.serve import configure_logging, tune_gc_after_startup
     from gpuslo.engine.fleet.bus import Bus, StreamSettings
     from gpuslo.engine.fleet.partition import PartitionSettings
     from gpuslo.engine.fleet.worker import Worker, WorkerSettings
@@ -57,6 +57,10 @@ def worker(ctx: click.Context, bus_url: str, partitions: int, name: str | None, 
     try:
         runner = Worker(settings, bus, database, fleet)
         runner.prepare()
+        # As `gpuslo serve` does once up: the start-up objects (modules, compiled rulebooks, routing table) out
+        # of the cyclic GC's scans, and collections less often; the decoded messages and built events of every
+        # batch triggered young-generation collections that rescanned them.
+        tune_gc_after_startup()
         click.echo(f"gpuslo worker {fleet.name}: {len(runner.table.all_partitions())} partitions in "
                    f"{len(runner.table.spaces)} key spaces", err=True)
         runner.run(stop)
