@@ -100,7 +100,8 @@ def _families() -> tuple[Family, ...]:
 _NEEDS: dict[str, tuple[str, ...]] = {
     "capture_failed": ("apture cuda graph failed",), "nvrm_xid": ("NVRM: Xid",),
     "fallen_off_bus": ("fallen off the bus", "GPU is lost"), "nvrm_gpu_lost": ("NVRM: The NVIDIA GPU",),
-    "device_handle": ("device handle for GPU",), "executor_memory": ("Executor creation failed",),
+    "device_handle": ("device handle for GPU", "device handle for gpu"),
+    "executor_memory": ("Executor creation failed",),
     "version_mismatch": ("library version mismatch", "API mismatch: the client"),
     "nccl_watchdog": ("Watchdog caught",), "nccl_heartbeat": ("Heartbeat monitor", "atchdog got stuck"),
     "nccl_comm_abort": ("communicator was aborted",), "gloo_timeout": ("Timed out waiting",),

@@ -58,3 +58,19 @@ def test_a_ray_relay_printed_before_the_workers_own_error_is_one_incident():
     assert len(events(relay + task.replace("pid=31207", "pid=4400"))) == 2
     # two relays of two tasks stay two incidents
     assert len(events(relay + relay.replace("pid=31207", "pid=4400"))) == 2
+
+
+def test_nvidia_smi_lists_a_lost_device_handle_with_a_lower_case_gpu():
+    """NordicHPC/sonar#72 (heldout23b's miss): `nvidia-smi -L` prints "for gpu <bdf>: Unknown Error"."""
+    found = one("Unable to determine the device handle for gpu 0000:3b:00.0: Unknown Error")
+    assert (found.kind, found.attrs["pci_bus"]) == ("gpu_fault", "0000:3b:00")
+
+
+def test_a_page_heading_that_quotes_the_message_and_explains_it_after_an_em_dash_is_prose():
+    """deadends.dev's page (heldout23b's false positive): the message, then "— This error can be fixed ..."."""
+    assert events("RuntimeError: NCCL communicator was aborted on rank 0. Original reason for aborting was: Timeout "
+                  "at NCCL sequence 42RESOLVABLE \u2014 This error can be fixed in most cases.") == []
+    # the same message without the explanation is the incident; a dash with a word or two after it still reads
+    assert one("RuntimeError: NCCL communicator was aborted on rank 0. Original reason for aborting was: Timeout "
+               "at NCCL sequence 42").kind == "nccl_error"
+    assert one("RuntimeError: CUDA error: out of memory \u2014 rank 3").kind == "cuda_oom"
