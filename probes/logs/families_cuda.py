@@ -122,9 +122,8 @@ def _cuda(text: str) -> Found | None:
         status = match.group("cublas")
         if status == "SUCCESS":
             return None
-        return Found("cuda_error", _clean({"error_name": "CUBLAS_STATUS_" + status,
-                                           "error_code": CUBLAS_STATUS.get(status), "api": api_name}),
-                     gpu=_cuda_gpu(text))
+        # the named status reads as its text and number forms do (ALLOC_FAILED an OOM)
+        return cublas_found(status, CUBLAS_STATUS.get(status), api_name, gpu=_cuda_gpu(text))
     stated = next(match.group(g) for g in _STATED if match.group(g))
     name, code = cuda_status(stated)
     if match.group("stream") and code is None:
@@ -251,12 +250,30 @@ def _named_status(text: str) -> Found | None:
 
 
 def _cudnn(text: str) -> Found | None:
-    match = re.search(r"\bCUDNN_STATUS_([A-Z_]+)", text)
-    if not match or match.group(1) == "SUCCESS":
+    # Caffe's CHECK names the expected status first: "Check failed: status == CUDNN_STATUS_SUCCESS (8 vs. 0)
+    # CUDNN_STATUS_EXECUTION_FAILED" — the status is the first that is not SUCCESS
+    match = re.search(r"\bCUDNN_STATUS_(?!SUCCESS\b)([A-Z_]+)", text)
+    if not match:
         return None
     # cudnnStatus_t values differ between cuDNN 8 and 9 and the line does not print them: no error_code
     kind = "cuda_oom" if match.group(1) == "ALLOC_FAILED" else "cuda_error"
     return Found(kind, _clean({"error_name": match.group(0), "api": _api(text)}), gpu=_cuda_gpu(text))
+
+
+def _cnmem(text: str) -> Found | None:
+    """CNMeM's pool (Triton/FasterTransformer, Theano, Caffe): "Failed to finalize CUDA memory manager:
+    CNMEM_STATUS_CUDA_ERROR"; OUT_OF_MEMORY is an OOM, CUDA_ERROR a CUDA error, the others are misuse."""
+    match = re.search(r"\bCNMEM_STATUS_(OUT_OF_MEMORY|CUDA_ERROR)\b", text)
+    if not match:
+        return None
+    return Found("cuda_oom" if match.group(1) == "OUT_OF_MEMORY" else "cuda_error",
+                 {"error_name": match.group(0), "api": "cnmem"}, gpu=_cuda_gpu(text))
+
+
+def _xla_stream(text: str) -> Found:
+    """XLA's stream executor: "INTERNAL: Failed to complete all kernels launched on stream 0x...: stream did not
+    block host until done; was already in an error state" (the CUDA error on that stream, unnamed)."""
+    return Found("cuda_error", {"api": "stream"}, gpu=_cuda_gpu(text))
 
 
 def _device_assert(text: str) -> Found:
@@ -307,6 +324,10 @@ def _executor_memory(text: str) -> Found:
 
 CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("cudnn_status", _c(r"\bCUDNN_STATUS_(?!SUCCESS)[A-Z]"), _cudnn),
+    # a status stated as a result ("...: CNMEM_STATUS_CUDA_ERROR", "(CNMEM_STATUS_OUT_OF_MEMORY)"), not a list of names
+    Family("cnmem_status", _c(r"(?:[:(]\s*|returned\s+)CNMEM_STATUS_(?:OUT_OF_MEMORY|CUDA_ERROR)\b(?!\s*,)"), _cnmem,
+           structured=True),
+    Family("xla_stream", _c(r"\bFailed to complete all kernels launched on stream\b"), _xla_stream, structured=True),
     Family("device_assert", _c(r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"), _device_assert),
     Family("kv_capacity", _c(r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV"
                              r" cache"

@@ -35,7 +35,9 @@ def _gpu_lost_block(text: str) -> Found | None:
 def _device_handle(text: str) -> Found | None:
     """nvidia-smi/NVML: "Unable to determine the device handle for GPU 0000:0B:00.0: GPU is lost. Reboot the system
     to recover this GPU" (the driver's Xid 79) or "...: Unknown Error" (the GPU no longer answers NVML)."""
-    match = re.search(r"device handle for GPU\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[.\d]*:\s*(.*)", text)
+    # older nvidia-smi -L writes "for gpu 0000:18:00.0: Unknown Error"
+    match = re.search(r"device handle for (?:GPU|gpu)\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[.\d]*:\s*(.*)",
+                      text)
     if not match:
         return None
     if match.group(2).startswith("GPU is lost"):
@@ -48,7 +50,7 @@ def _device_handle(text: str) -> Found | None:
 XID_FAMILIES: tuple[Family, ...] = (
     Family("nvrm_xid", _c(r"NVRM: Xid \("), _xid),
     # ("detect" in some nvidia-smi builds: the one a Hyper-V GPU-partition guest runs prints it)
-    Family("device_handle", _c(r"Unable to (?:determine|detect) the device handle for GPU\s*[0-9a-fA-F]{4,8}:"),
+    Family("device_handle", _c(r"Unable to (?:determine|detect) the device handle for (?:GPU|gpu)\s*[0-9a-fA-F]{4,8}:"),
            _device_handle),
     Family("fallen_off_bus", _c(r"(?:GPU has|has) fallen off the bus|: GPU is lost\b"), _fallen_off),
     # recent drivers split the sentence over "NVRM: " lines (dmesg indents them; journald prefixes each)

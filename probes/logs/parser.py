@@ -57,6 +57,8 @@ _TRIGGER_TEXT = re.compile(TRIGGER.pattern.decode())
 # families whose start is only a marker ("CUDA"), so that reading nothing means an unknown wording, not a benign
 # line (other families return nothing on purpose: TF's "not a failure" allocator warning, XLA's echoes)
 _FALL_THROUGH = frozenset({"cuda_status"})
+# families that relay another process's error by its class name only (Ray's "RayTaskError(OutOfMemoryError)")
+_RELAYS = frozenset({"ray_task_oom"})
 _PREFILTER = Prefilter(TRIGGER_WORDS, TRIGGER)  # immutable once built; sharing it between parsers is safe
 
 
@@ -105,7 +107,7 @@ class LogParser:
         self._clock = clock
         self._prefilter = prefilter or _PREFILTER
         self._pending: _Pending | None = None
-        self._recent: deque[tuple[int, _Who, tuple[Any, ...]]] = deque()
+        self._recent: deque[tuple[int, _Who, tuple[Any, ...], bool]] = deque()  # ..., whether a relay
         self._previous: Line | None = None
         self._skipped_line: bytes | None = None  # the physical line before a line the scan jumped to
 
@@ -290,11 +292,12 @@ class LogParser:
                    pid=found.pid if found.kind == "gpu_xid" or first.pid is None else first.pid,
                    gpu=found.gpu if found.gpu is not None else first.gpu, log_host=first.log_host)
         # a driver or fabric fault is the device's, whichever daemon's pid the syslog line carries
-        if self._echo(found, pending.offset, replace(who, pid=None) if found.kind == "gpu_fault" else who):
+        if self._echo(found, pending.offset, replace(who, pid=None) if found.kind == "gpu_fault" else who,
+                      relay=pending.family.name in _RELAYS):
             return []
         return [self._event(found, pending, who)]
 
-    def _echo(self, found: Found, offset: int, who: _Who) -> bool:
+    def _echo(self, found: Found, offset: int, who: _Who, *, relay: bool = False) -> bool:
         """True when the same incident was reported a short way back in this source: same kind, and every field
         of the signature this copy states agrees (a copy that states less, such as "Some NCCL operations have
         failed" after the watchdog's line, is an echo; one that states more is not; an allocator's retry at 0.9 of
@@ -304,15 +307,22 @@ class LogParser:
         while self._recent and offset - self._recent[0][0] > self._settings.dedupe_bytes:
             self._recent.popleft()
         keys = _SAME_INCIDENT.get(found.kind, ())
-        for _, seen_who, seen in self._recent:
+        for _, seen_who, seen, seen_relay in self._recent:
             if seen[0] != signature[0] or not seen_who.agrees(who):
                 continue
             pairs = list(zip(keys, signature[1:], seen[1:], strict=True))
+            if seen_relay and not relay:
+                # the original after its relay (Ray printed the re-raise first): the relay names only the class,
+                # so the class must agree and whatever more the original states is the same incident's
+                named = [(key, theirs, mine) for key, mine, theirs in pairs if key == "error_name"]
+                if all(_agrees(*pair) for pair in named):
+                    return True
+                continue
             if all(_agrees(*pair) for pair in pairs):
                 if any(key == "requested_bytes" and mine not in (None, theirs) for key, mine, theirs in pairs):
-                    self._recent.append((offset, who, signature))  # a retry: the next one asks 0.9 of this one
+                    self._recent.append((offset, who, signature, relay))  # a retry: the next asks 0.9 of this one
                 return True
-        self._recent.append((offset, who, signature))
+        self._recent.append((offset, who, signature, relay))
         return False
 
     def _event(self, found: Found, pending: _Pending, who: _Who) -> Event:

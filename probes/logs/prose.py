@@ -143,6 +143,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
             and len(_WORD.findall(tail)) >= LONG_SENTENCE):
         return True  # a gloss in a sentence that goes on: "Addresses XID 79 (GPU has fallen off the bus) scenarios by
         # changing ..." (a tool's "XID 79(GPU has fallen off the bus) detected on PCI:..." is a log line)
+    if "\u2014" in tail and len(_WORD.findall(tail[tail.index("\u2014") + 1:])) >= PLAIN_WORDS:
+        return True  # a page's heading that quotes the message and explains it after an em dash ("... at NCCL
+        # sequence 42RESOLVABLE \u2014 This error can be fixed in most cases."); no log line has a typographic dash
     return not structured and bool(_PROSE_TAIL.match(tail))
 
 

@@ -107,7 +107,8 @@ def test_watchdog_stuck_alone_carries_its_timeout():
 def test_cuda_errors_graph_errors_cublas_ecc():
     assert summary(load("cuda_errors.log")) == [
         ("cuda_error", None, None, None, {"error_name": "cudaErrorIllegalAddress", "error_code": 700}),
-        ("cuda_error", None, None, None, {"error_name": "CUBLAS_STATUS_ALLOC_FAILED", "error_code": 3,
+        # cuBLAS's ALLOC_FAILED by name is an allocation failure, as its text and number forms are (h15l)
+        ("cuda_oom", None, None, None, {"error_name": "CUBLAS_STATUS_ALLOC_FAILED", "error_code": 3,
                                           "api": "cublasCreate"}),
         ("cuda_error", None, None, None, {"error_name": "cudaErrorAssert", "error_code": 710}),
         ("cuda_error", None, 1, None, {"error_name": "cudaErrorLaunchFailure", "error_code": 719}),
