@@ -236,9 +236,9 @@ def _write_violations(connection: Connection, fold: _Fold) -> dict[Pair, int]:
     new = [{"rule_id": pair[0], "group_key": pair[1], "group": dict(fold.final[pair].group),
             "created_at": fold.final[pair].created_at, **_columns(fold.final[pair])}
            for pair, row in fold.rows.items() if row is None]
-    if new:
-        ids.update({(rule_id, group_key): violation_id
-                    for violation_id, rule_id, group_key in connection.execute(_CREATE, new).all()})
+    if new:  # one multi-row INSERT ... RETURNING as driver SQL (the ids, rule ids and keys need no processing)
+        created = driver_statement(connection.dialect, _CREATE, list(new[0])).insert_returning(connection, new)
+        ids.update({(rule_id, group_key): violation_id for violation_id, rule_id, group_key in created})
     return ids
 
 
