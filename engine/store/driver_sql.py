@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Boolean, Connection, Float
+from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
@@ -94,6 +94,7 @@ class DriverStatement:
     sql: str
     order: tuple[str, ...] | None
     convert: tuple[tuple[str, Convert], ...]
+    unnest: _Unnest | None = None  # PostgreSQL's form of an INSERT ... RETURNING (insert_returning)
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         convert = self.convert
@@ -116,6 +117,148 @@ class DriverStatement:
         if rows:
             connection.exec_driver_sql(self.sql, self.parameters(rows))
 
+    def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+        """An INSERT ... VALUES (...) RETURNING of one row, for many rows: on SQLite one multi-row VALUES
+        statement per `_ROWS_PER_INSERT` rows (what SQLAlchemy's insertmanyvalues sends, without its per-row
+        parameter machinery), on PostgreSQL one INSERT ... SELECT FROM unnest (_Unnest). The RETURNING rows as
+        the driver gives them, in no set order (no result processing: the caller returns only columns that
+        need none, and keys them)."""
+        if self.unnest is not None:
+            return self.unnest.execute(connection, self.parameters(rows))
+        if self.order is None:
+            raise StoreError("driver SQL: a multi-row INSERT ... RETURNING needs a positional driver or unnest")
+        head, values, tail = _values_split(self.sql)
+        found: list[tuple[Any, ...]] = []
+        for start in range(0, len(rows), _ROWS_PER_INSERT):  # the row's group repeated, parameters flattened
+            part = self.parameters(rows[start:start + _ROWS_PER_INSERT])
+            sql = head + ", ".join([values] * len(part)) + tail
+            flat = tuple(value for row in part for value in row)
+            found.extend(tuple(row) for row in connection.exec_driver_sql(sql, flat).all())
+        return found
+
+
+@dataclass(frozen=True)
+class _Unnest:
+    """PostgreSQL: INSERT ... SELECT FROM unnest(one array per column) RETURNING, rows in the order given.
+    One parameter per column whatever the number of rows, so psycopg parses the text once and the server
+    prepares it; each column's list holds one Python type (psycopg dumps an array of one type only)."""
+
+    sql: str
+    columns: tuple[tuple[str, Convert | None], ...]
+
+    def execute(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+        arrays = {name: [row[name] for row in rows] if kind is None else [kind(row[name]) for row in rows]
+                  for name, kind in self.columns}
+        return [tuple(row) for row in connection.exec_driver_sql(self.sql, arrays).all()]
+
+
+def _float(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+def _int(value: Any) -> Any:
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+def _unnest(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> _Unnest | None:
+    """The unnest form of a one-table INSERT ... RETURNING of plain columns, or None for another statement."""
+    table = getattr(statement, "table", None)
+    returning = getattr(statement, "_returning", ())
+    if not isinstance(statement, Insert) or table is None or not returning:
+        return None
+    names = [column.name for column in returning]
+    if any(getattr(column, "table", None) is not table for column in returning):
+        raise StoreError(f"driver SQL: the insert into {table.name} returns columns of another table")
+    kinds: list[tuple[str, Convert | None]] = []
+    for key in keys:
+        kind = table.c[key].type
+        kinds.append((key, _float if isinstance(kind, Float) else _int if isinstance(kind, Integer) else None))
+    quote = dialect.identifier_preparer.quote
+    columns = ", ".join(quote(key) for key in keys)
+    arrays = ", ".join(f"CAST(%({key})s AS {table.c[key].type.compile(dialect)}[])" for key in keys)
+    sql = (f"INSERT INTO {quote(table.name)} ({columns}) SELECT * FROM unnest({arrays}) "
+           f"RETURNING {', '.join(quote(name) for name in names)}")
+    return _Unnest(sql, tuple(kinds))
+
+
+_ROWS_PER_INSERT = 100  # rows per multi-row INSERT: ~40 columns each stays far below both drivers' limits
+
+
+def _values_split(sql: str) -> tuple[str, str, str]:
+    """An `INSERT ... VALUES (...) RETURNING ...` text as its head (through `VALUES `), the one row's group and
+    the rest (from ` RETURNING`)."""
+    head, found, rest = sql.partition(" VALUES ")
+    values, returning, tail = rest.partition(" RETURNING ")
+    if not found or not returning or not (values.startswith("(") and values.endswith(")")):
+        raise StoreError(f"driver SQL: not a one-row INSERT ... VALUES (...) RETURNING: {sql[:120]!r}")
+    return head + found, values, returning + tail
+
+
+@dataclass(frozen=True)
+class ExpandingStatement:
+    """A statement with expanding IN lists (`bindparam(..., expanding=True)`) compiled once per dialect, in
+    place of SQLAlchemy's postcompile step (which renders and processes every item's parameter again per
+    execution). SQLite (qmark): one `?` per item, rendered per execution. PostgreSQL: `= ANY (%(name)s)`
+    with the list bound as one array, so the text is the same at every execution and psycopg parses it once
+    (it re-parses every text over 4,096 characters or 50 parameters). Only scalar IN lists of values
+    needing no bind processing are taken."""
+
+    sql: str
+    order: tuple[str, ...] | None  # positional drivers; None: named
+    convert: tuple[tuple[str, Convert], ...]
+    expanding: frozenset[str]
+
+    def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> Any:
+        values = dict(parameters)
+        for name, function in self.convert:
+            values[name] = function(values[name])
+        for name in self.expanding:
+            if not values[name]:
+                raise StoreError(f"driver SQL: the list {name!r} is empty")
+        if self.order is None:  # named (PostgreSQL): each list is one array parameter
+            return connection.exec_driver_sql(self.sql, {name: list(value) if name in self.expanding else value
+                                                         for name, value in values.items()})
+        sql, flat = self.sql, []
+        for name in self.expanding:
+            sql = sql.replace(f"__[POSTCOMPILE_{name}]", ", ".join(["?"] * len(values[name])))
+        for name in self.order:
+            if name in self.expanding:
+                flat.extend(values[name])
+            else:
+                flat.append(values[name])
+        return connection.exec_driver_sql(sql, tuple(flat))
+
+
+_EXPANDING: dict[tuple[int, str, str], ExpandingStatement] = {}
+
+
+def expanding_statement(dialect: Dialect, statement: ClauseElement) -> ExpandingStatement:
+    """`statement` compiled for ExpandingStatement.execute (once per dialect; a module-level constant, cached
+    by identity). Refuses a list whose items need bind processing, or a processed column this module does not
+    convert."""
+    cache_key = (id(statement), dialect.name, dialect.paramstyle)
+    found = _EXPANDING.get(cache_key)
+    if found is None:
+        if dialect.paramstyle not in ("qmark", "pyformat"):
+            raise StoreError(f"driver SQL: expanding lists in paramstyle {dialect.paramstyle!r} are not rendered")
+        compiled: SQLCompiler = statement.compile(dialect=dialect)  # type: ignore[assignment]
+        expanding = frozenset(name for name, bind in compiled.binds.items() if bind.expanding)
+        processed = set(compiled._bind_processors) & expanding  # noqa: SLF001
+        if processed:
+            raise StoreError(f"driver SQL: the lists {sorted(processed)} need bind processing")
+        plain = compile_driver_statement(dialect, statement, [n for n in compiled.binds if n not in expanding],
+                                         compiled=compiled)
+        sql = compiled.string
+        for name in expanding:
+            marker = f" IN (__[POSTCOMPILE_{name}])"
+            if sql.count(marker) != 1 or f" NOT{marker}" in sql or f") IN (__[POSTCOMPILE_{name}])" in sql:
+                raise StoreError(f"driver SQL: {name!r} is not one scalar IN list")
+            if dialect.paramstyle == "pyformat":
+                sql = sql.replace(marker, f" = ANY (%({name})s)")
+        found = ExpandingStatement(sql, plain.order, plain.convert, expanding)
+        _EXPANDING[cache_key] = found
+    return found
+
 
 _COMPILED: dict[tuple[int, str, str, tuple[str, ...]], DriverStatement] = {}
 
@@ -131,11 +274,15 @@ def driver_statement(dialect: Dialect, statement: ClauseElement, keys: Sequence[
     return found
 
 
-def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> DriverStatement:
+def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: Sequence[str], *,
+                             compiled: SQLCompiler | None = None) -> DriverStatement:
     """`statement` compiled for executemany with these parameter keys, uncached (for a caller that caches by
-    its own key); refuses a column whose bind processing this module does not do."""
-    compiled: SQLCompiler = statement.compile(dialect=dialect, column_keys=list(keys),  # type: ignore[assignment]
-                                              for_executemany=True)
+    its own key); refuses a column whose bind processing this module does not do. `compiled`: the statement
+    compiled already (expanding_statement's; its expanding lists are not in `keys`)."""
+    if compiled is None:
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys),  # type: ignore[assignment]
+                                     for_executemany=True)
+    assert compiled is not None
     if dialect.name not in ("sqlite", "postgresql"):
         raise StoreError(f"driver SQL: dialect {dialect.name!r} is not one the store runs on")
     time_of = sqlite_time if dialect.name == "sqlite" else postgresql_time
@@ -162,6 +309,7 @@ def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: S
         else:
             raise StoreError(f"driver SQL: {name} ({kind!r}) needs bind processing this module does not do")
     order = tuple(compiled.positiontup or ()) if compiled.positional else None
-    if order is not None and set(order) - set(keys):
+    if order is not None and set(order) - set(keys) - {n for n, b in compiled.binds.items() if b.expanding}:
         raise StoreError(f"driver SQL: the statement takes parameters not given: {sorted(set(order) - set(keys))}")
-    return DriverStatement(compiled.string, order, tuple(convert))
+    unnest = _unnest(dialect, statement, keys) if dialect.name == "postgresql" else None
+    return DriverStatement(compiled.string, order, tuple(convert), unnest)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import Event, canonical_json, text_digest
 from gpuslo.engine.ingest_types import ACCEPTED, CONFLICT, DUPLICATE
+from gpuslo.engine.store.driver_sql import expanding_statement
 from gpuslo.engine.store.event_insert import NewEvent, insert_events
 from gpuslo.engine.store.event_read import ERROR_MAX, ReadEvent, read_event
 from gpuslo.engine.store.models import (
@@ -149,8 +150,13 @@ _MARK_PROCESSED = (update(_EVENTS).where(_EVENTS.c.id.in_(bindparam("ids", expan
 def mark_processed(session: Session, ids: Sequence[str], at: datetime) -> None:
     """Record that the engine has evaluated these events."""
     require_aware(at, "mark_processed")
-    for chunk in chunks(list(ids), _CHUNK):
-        session.execute(_MARK_PROCESSED, {"ids": list(chunk), "at": at})
+    if not ids:
+        return
+    session.flush()  # ORM changes the caller made first, as session.execute would autoflush them
+    connection = session.connection()
+    statement = expanding_statement(connection.dialect, _MARK_PROCESSED)
+    for chunk in chunks(list(ids), _CHUNK):  # driver SQL: SQLAlchemy's postcompile step processed each id again
+        statement.execute(connection, {"ids": chunk, "at": at})
 
 
 @store_operation

@@ -120,6 +120,7 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
         _require_stored(session, list(dict.fromkeys(e.id for m in matches for e in m.explanation.evidence)))
     connection = session.connection()
     refused: IntegrityError | None = None
+    texts: dict[int, dict[str, Any]] = {}  # each match's text columns, built once (by id: the items outlive it)
     for _attempt in range(_ATTEMPTS):
         fold = _fold(connection, items, now)
         if not fold.steps:
@@ -127,11 +128,11 @@ def record(session: Session, items: Sequence[Match | Clear], *, now: datetime,
         stored_text = _stored_text(connection, fold, notifying_only)  # before the write changes it
         try:
             with session.begin_nested() if fold.risky else nullcontext():  # the savepoint a retry rolls back
-                ids = _write_violations(session.connection(), fold)  # asking for it takes the savepoint
+                ids = _write_violations(session.connection(), fold, texts)  # asking for it takes the savepoint
         except IntegrityError as exc:  # a concurrent writer opened one of these violations first: fold into it
             refused = exc
             continue
-        recorded = _write_changes(connection, items, fold, ids, stored_text, now, notifying_only)
+        recorded = _write_changes(connection, items, fold, ids, stored_text, now, notifying_only, texts)
         expire_violations(session, (ids[pair] for pair, row in fold.rows.items() if row is not None))
         return recorded
     raise StoreError(f"record: the unique index of unresolved violations refused the batch {_ATTEMPTS} times "
@@ -204,47 +205,53 @@ def _rank(row: Mapping[Any, Any]) -> tuple[bool, datetime | None, int]:
     return (row["status"] != "resolved", row["resolved_at"], row["id"])
 
 
-def _text(match: Match) -> dict[str, Any]:
-    """The columns the latest match sets: its rule text, explanation, labels and place."""
+def _text(match: Match, texts: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The columns the latest match sets: its rule text, explanation, labels and place; built once per match
+    and batch (the row written and the views returned share it; neither changes it)."""
+    found = texts.get(id(match))
+    if found is not None:
+        return found
     latest = max(match.explanation.evidence, key=lambda e: (e.time, e.id), default=None)
     host = match.group.get("host", latest.host if latest else None)
     gpu = match.group.get("gpu", latest.gpu if latest else None)
-    return {"rule_title": match.rule_title, "rulebook_version": match.rulebook_version,
-            "rulebook_hash": match.rulebook_hash, "slo": match.slo, "slo_objective": match.slo_objective,
-            "severity": match.severity, "summary": match.summary, "remediation": match.remediation,
-            "runbook": match.runbook, "explanation": match.explanation.to_dict(), "labels": dict(match.labels),
-            "host": None if host is None else str(host), "gpu": None if gpu is None else int(gpu)}
+    found = texts[id(match)] = {
+        "rule_title": match.rule_title, "rulebook_version": match.rulebook_version,
+        "rulebook_hash": match.rulebook_hash, "slo": match.slo, "slo_objective": match.slo_objective,
+        "severity": match.severity, "summary": match.summary, "remediation": match.remediation,
+        "runbook": match.runbook, "explanation": match.explanation.to_dict(), "labels": dict(match.labels),
+        "host": None if host is None else str(host), "gpu": None if gpu is None else int(gpu)}
+    return found
 
 
-def _columns(state: ViolationState) -> dict[str, Any]:
+def _columns(state: ViolationState, texts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The columns a state writes: the transition's, and the latest match's when one was folded in."""
     columns = {name: getattr(state, name) for name in _STATE}
     if state.latest is not None:
-        columns.update(_text(state.latest))
+        columns.update(_text(state.latest, texts))
     return columns
 
 
-def _write_violations(connection: Connection, fold: _Fold) -> dict[Pair, int]:
+def _write_violations(connection: Connection, fold: _Fold, texts: dict[int, dict[str, Any]]) -> dict[Pair, int]:
     """Insert the new violations and change the stored ones to their final state; every pair's violation id."""
     ids = {pair: row for pair, row in fold.rows.items() if row is not None}
     changed: dict[bool, list[dict[str, Any]]] = {}
     for pair, row in ids.items():
         state = fold.final[pair]
-        changed.setdefault(state.latest is not None, []).append({"row_id": row, **_columns(state)})
+        changed.setdefault(state.latest is not None, []).append({"row_id": row, **_columns(state, texts)})
     for parameters in changed.values():  # one executemany per column set, as driver SQL (driver_sql.py)
         driver_statement(connection.dialect, _CHANGE, list(parameters[0])).executemany(connection, parameters)
     new = [{"rule_id": pair[0], "group_key": pair[1], "group": dict(fold.final[pair].group),
-            "created_at": fold.final[pair].created_at, **_columns(fold.final[pair])}
+            "created_at": fold.final[pair].created_at, **_columns(fold.final[pair], texts)}
            for pair, row in fold.rows.items() if row is None]
-    if new:
-        ids.update({(rule_id, group_key): violation_id
-                    for violation_id, rule_id, group_key in connection.execute(_CREATE, new).all()})
+    if new:  # one multi-row INSERT ... RETURNING as driver SQL (the ids, rule ids and keys need no processing)
+        created = driver_statement(connection.dialect, _CREATE, list(new[0])).insert_returning(connection, new)
+        ids.update({(rule_id, group_key): violation_id for violation_id, rule_id, group_key in created})
     return ids
 
 
 def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold: _Fold, ids: Mapping[Pair, int],
                    stored_text: Mapping[int, Mapping[str, Any]], now: datetime,
-                   notifying_only: bool) -> list[Recorded]:
+                   notifying_only: bool, texts: dict[int, dict[str, Any]]) -> list[Recorded]:
     """Link the matches' evidence, write a history line per change; what each change returns."""
     evidence = {index: list(dict.fromkeys(e.id for e in item.explanation.evidence))
                 for index, item in enumerate(items) if isinstance(item, Match)}
@@ -268,7 +275,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
                                       before=None if step.before is None else step.before.status,
                                       after=step.after.status))
         if step.notify is not None or not notifying_only:
-            recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]))))
+            recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]), texts)))
     links.write()
     if history:
         driver_statement(connection.dialect, _HISTORY, list(history[0])).executemany(connection, history)
@@ -287,9 +294,10 @@ def _stored_text(connection: Connection, fold: _Fold, notifying_only: bool) -> d
     return found
 
 
-def _view(violation_id: int, step: Step, stored_text: Mapping[str, Any] | None) -> ViolationView:
+def _view(violation_id: int, step: Step, stored_text: Mapping[str, Any] | None,
+          texts: dict[int, dict[str, Any]]) -> ViolationView:
     state = step.after
     columns = {"id": violation_id, "rule_id": state.rule_id, "group_key": state.group_key, "group": state.group,
                "created_at": state.created_at, **{name: getattr(state, name) for name in _STATE},
-               **(_text(state.latest) if state.latest is not None else stored_text or {})}
+               **(_text(state.latest, texts) if state.latest is not None else stored_text or {})}
     return columns_view(columns, step.notify)

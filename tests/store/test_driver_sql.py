@@ -17,7 +17,7 @@ from sqlalchemy.sql.expression import ClauseElement
 from test_batch import _run, _scenario, _snapshot
 
 from gpuslo.engine.errors import StoreError
-from gpuslo.engine.store import Database, driver_sql, evidence, violations
+from gpuslo.engine.store import Database, driver_sql, evidence, repository, violations
 from gpuslo.engine.store.models import EventRow
 
 TIMES = [datetime(2026, 12, 2, 8, 0, tzinfo=UTC), datetime(2026, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
@@ -75,6 +75,12 @@ class _SqlalchemyStatement:
         if rows:
             connection.execute(self._statement, list(rows))
 
+    def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
+
+    def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> Any:
+        return connection.execute(self._statement, dict(parameters))
+
 
 def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Database, tmp_path: Path,
                                                                   make_event, make_match,
@@ -98,6 +104,7 @@ def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Data
 
     monkeypatch.setattr(violations, "driver_statement", sqlalchemy_statement)
     monkeypatch.setattr(evidence, "driver_statement", sqlalchemy_statement)
+    monkeypatch.setattr(repository, "expanding_statement", lambda _dialect, statement: _SqlalchemyStatement(statement))
     try:
         expected = _snapshot(reference, _run(reference, events, rounds, batched=True))
     finally:
