@@ -408,7 +408,7 @@ if [ "${FLEET_BENCH:-fleet}" = engine ]; then
         "$vpy" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
             --disable-pip-version-check -e "$tree" > /dev/null || fail 27 "installing $tree"
         remaining=$(( deadline - $(elapsed) - 15 ))
-        step "bench/engine.py in $tree ($(git -C "$tree" log -1 --format=%h 2>/dev/null || cat "$tree/.commit" 2>/dev/null)) on CPUs $cpus, at most ${remaining}s; $(uptime)"
+        step "bench/engine.py in $tree ($(cat "$tree/.commit" 2>/dev/null || git -C "$tree" log -1 --format=%h 2>/dev/null)) on CPUs $cpus, at most ${remaining}s; $(uptime)"
         [ "$remaining" -gt 30 ] || fail 28 "only ${remaining}s left for $tree"
         (cd "$tree" && PYTHONUNBUFFERED=1 timeout -s TERM -k 10 "$remaining" taskset -c "$cpus" "$vpy" bench/engine.py \
             --no-capacity --no-memory --no-write --json "$out/engine-$name.json") || fail 28 "bench/engine.py in $tree"
