@@ -136,7 +136,10 @@ def main() -> None:
         tune, held = ({c.source for c in load(split)} for split in SPLITS[:2])
         print("\n".join(sorted(tune & held)))
         return
-    for split in sys.argv[1:] or REPORTED:
+    splits = sys.argv[1:] or REPORTED
+    total = dict.fromkeys(("found", "incidents", "lookalikes", "false_positives", "extra_events", "fields"), 0)
+    right = 0
+    for split in splits:
         result = score(load(split))
         print(f"{split}: {result['excerpts']} excerpts, recall {result['found']}/{result['incidents']} = "
               f"{result['recall']:.1%}; look-alikes {result['lookalikes']}, false positives "
@@ -144,6 +147,14 @@ def main() -> None:
               f"{result['field_accuracy']:.1%} of {result['fields']}")
         for line in result["failing"]:
             print("  " + line)
+        for key in total:
+            total[key] += result[key]
+        right += round(result["field_accuracy"] * result["fields"])
+    if len(splits) > 1:  # the figure a closing note quotes for "all reported splits"
+        print(f"all {len(splits)} splits: recall {total['found']}/{total['incidents']} = "
+              f"{total['found'] / max(total['incidents'], 1):.1%}; false positives {total['false_positives']} in "
+              f"{total['lookalikes']} look-alikes; extra events {total['extra_events']}; fields {right}/"
+              f"{total['fields']}")
 
 
 if __name__ == "__main__":
