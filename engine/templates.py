@@ -31,12 +31,16 @@ _GLOBALS = ("range", "dict")
 
 __all__ = ["MAX_SUMMARY_BYTES", "RenderRefused", "SummaryEnvironment", "human_bytes", "summary_environment"]
 
-# A summary made only of text and `{{ name.key.key }}` lookups, compiled to its pieces: a text, or a path (the
-# context name, then dict keys). Most shipped summaries are such; SummaryEnvironment.render_compiled renders
-# them without Jinja's generated code and the sandbox's getattr (bench/RESULTS.md, (d) stress).
-_Plan = tuple[str | tuple[str, ...], ...]
+# A summary made only of text and `{{ name.key.key }}` lookups (each optionally through the `bytes` filter),
+# compiled to its pieces: a text, or (filter or None, path: the context name, then dict keys). Most shipped
+# summaries are such; SummaryEnvironment.render_compiled renders them without Jinja's generated code and the
+# sandbox's getattr (bench/RESULTS.md, (d) stress).
+_Lookup = tuple[str | None, tuple[str, ...]]
+_Plan = tuple[str | _Lookup, ...]
 _PLAN = "gpuslo_plan"  # the attribute from_string sets on a compiled template: its _Plan, or None
 _PLAIN = (str, int, float, bool)  # values whose text is str(value) in Jinja's output as here
+_PLAN_FILTERS = frozenset({"bytes"})  # filters of one argument and no context: called as Jinja calls them
+_UNDEFINED = object()
 
 
 def _path(node: nodes.Node) -> tuple[str, ...] | None:
@@ -53,9 +57,18 @@ def _path(node: nodes.Node) -> tuple[str, ...] | None:
     return (node.name, *reversed(keys))
 
 
+def _lookup(node: nodes.Node) -> _Lookup | None:
+    if (isinstance(node, nodes.Filter) and node.name in _PLAN_FILTERS and node.node is not None
+            and not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs)):
+        path = _path(node.node)
+        return None if path is None else (node.name, path)
+    path = _path(node)
+    return None if path is None else (None, path)
+
+
 def _plan(tree: nodes.Template) -> _Plan | None:
     """The pieces of a template of text and plain lookups only; None for anything else."""
-    pieces: list[str | tuple[str, ...]] = []
+    pieces: list[str | _Lookup] = []
     for statement in tree.body:
         if not isinstance(statement, nodes.Output):
             return None
@@ -63,27 +76,37 @@ def _plan(tree: nodes.Template) -> _Plan | None:
             if isinstance(child, nodes.TemplateData):
                 pieces.append(child.data)
                 continue
-            path = _path(child)
-            if path is None:
+            lookup = _lookup(child)
+            if lookup is None:
                 return None
-            pieces.append(path)
+            pieces.append(lookup)
     return tuple(pieces)
 
 
-def _render_plan(plan: _Plan, context: Mapping[str, Any]) -> list[str] | None:
-    """The output pieces Jinja would produce for this context, or None where it might differ (a name or key
-    that is missing, a value on the way that is not a dict, a value that is not a str, number, bool or None):
-    the caller then renders with Jinja."""
+def _render_plan(plan: _Plan, context: Mapping[str, Any], filters: Mapping[str, Any]) -> list[str] | None:
+    """The output pieces Jinja would produce for this context, or None where it might differ (a name or an
+    inner key that is missing, a value on the way that is not a dict, a value that is not a str, number, bool
+    or None): the caller then renders with Jinja. A missing last key is Jinja's undefined: no text."""
     out: list[str] = []
     for piece in plan:
         if isinstance(piece, str):
             out.append(piece)
             continue
+        name, path = piece
         value: Any = context
-        for key in piece:
-            if type(value) is not dict or key not in value:
+        for depth, key in enumerate(path):
+            if type(value) is not dict:
                 return None
+            if key not in value:
+                if depth == 0 or depth < len(path) - 1 or name is not None:
+                    return None
+                value = _UNDEFINED
+                break
             value = value[key]
+        if value is _UNDEFINED:
+            continue  # str() of an undefined is ''
+        if name is not None:
+            value = filters[name](value)
         if value is None:
             out.append("?")  # the environment's finalize
         elif type(value) in _PLAIN:
@@ -183,7 +206,7 @@ class SummaryEnvironment(ImmutableSandboxedEnvironment):
         """Render a template of this environment within the bounds; the output as one string."""
         self.budget.start()
         plan = getattr(template, _PLAN, None)
-        planned = None if plan is None else _render_plan(plan, context)
+        planned = None if plan is None else _render_plan(plan, context, self.filters)
         pieces: list[str] = []
         size = 0
         for piece in planned if planned is not None else template.generate(**context):

@@ -21,21 +21,30 @@ def _jinja_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(templates, "_plan", lambda _tree: None)
 
 
+def _outcome(env: templates.SummaryEnvironment, template: Any, context: dict[str, Any]) -> str:
+    """The text, or the exception's type (the renderer stores the default text then)."""
+    try:
+        return env.render_compiled(template, context)
+    except Exception as exc:  # noqa: BLE001  # any failure must be the same failure
+        return f"raised {type(exc).__name__}"
+
+
 def _both(source: str, context: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[str | None, str, str]:
-    """(the plan's pieces joined, or None when it defers to Jinja; what render_compiled gives; Jinja's text)."""
+    """(the plan's pieces joined, or None when it defers to Jinja; render_compiled's outcome; Jinja's)."""
     env = templates.summary_environment()
     template = env.from_string(source)
     plan = getattr(template, templates._PLAN)
-    planned = None if plan is None else templates._render_plan(plan, context)
-    rendered = env.render_compiled(template, context)
+    planned = None if plan is None else templates._render_plan(plan, context, env.filters)
+    rendered = _outcome(env, template, context)
     with monkeypatch.context() as patch:
         _jinja_only(patch)
         jinja_env = templates.summary_environment()
-        jinja = jinja_env.render_compiled(jinja_env.from_string(source), context)
+        jinja = _outcome(jinja_env, jinja_env.from_string(source), context)
     return None if planned is None else "".join(planned), rendered, jinja
 
 
-CONTEXT = {"event": {"host": "node-a", "gpu": 3, "value": 97.5, "up": True, "none": None, "items": "k",
+CONTEXT = {"event": {"host": "node-a", "big": 2147483648, "gpu": 3, "value": 97.5, "up": True, "none": None,
+                     "items": "k",
                      "attrs": {"xid": 79, "detail": "fell off", "nested": {"a": 1}, "list": [1, 2]}},
            "group": {"host": "node-a"}, "collective": None}
 
@@ -45,7 +54,11 @@ CONTEXT = {"event": {"host": "node-a", "gpu": 3, "value": 97.5, "up": True, "non
      "GPU 3 on node-a (Xid 79: fell off)"),
     ("{{ event.value }} {{ event.up }} {{ event.none }} {{ group.host }}", "97.5 True ? node-a"),
     ("plain text only\n", "plain text only"),
-    ("{{ event.missing }}|{{ event.attrs.missing }}", None),  # Undefined: Jinja's
+    ("{{ event.missing }}|{{ event.attrs.missing }}|", "||"),  # a missing last key: Jinja's undefined, ''
+    ("{{ event.attrs.missing.deeper }}", None),  # an undefined's attribute: Jinja's
+    ("{{ event.attrs.xid | bytes }} {{ event.none | bytes }} {{ event.host | bytes }}", "79 B ? node-a"),
+    ("{{ event.big | bytes }} of {{ event.value | bytes }}", "2.00 GiB of 97 B"),
+    ("{{ event.missing | bytes }}", None),
     ("{{ event.attrs.nested }} {{ event.attrs.list }}", None),  # not a str, number or bool
     ("{{ nothing }}", None),
 ])
@@ -59,7 +72,8 @@ def test_a_plan_renders_what_jinja_renders(source, planned, monkeypatch):
     "{{ event.items }}",  # Jinja finds dict.items, not the key
     "{{ event.get }}", "{{ event.__class__ }}", "{{ event['host'] }}", "{{ event.host | upper }}",
     "{{ event.gpu + 1 }}", "{% if event.up %}up{% endif %}", "{% for k in event %}{{ k }}{% endfor %}",
-    "{{ 'x' }}", "{% set h = event.host %}{{ h }}", "{{ event.host ~ '!' }}",
+    "{{ 'x' }}", "{% set h = event.host %}{{ h }}", "{{ event.host ~ '!' }}", "{{ event.big | bytes(1) }}",
+    "{{ event.big | filesizeformat }}",
 ])
 def test_anything_but_text_and_lookups_has_no_plan(source, monkeypatch):
     env = templates.summary_environment()
@@ -89,8 +103,8 @@ def test_the_shipped_rulebooks_store_the_same_summaries(monkeypatch):
     planned_renders = Counter[str]()
     real = templates._render_plan
 
-    def counted(plan, context):
-        out = real(plan, context)
+    def counted(plan, context, filters):
+        out = real(plan, context, filters)
         planned_renders[str(out is not None)] += 1
         return out
 
