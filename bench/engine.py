@@ -464,12 +464,13 @@ def capacity_part(rules_dir: Path, stream: str, seconds: float) -> dict[str, Any
 def only_latency(seconds: float, out: Path | None) -> None:
     """(d) alone (bench/engine.py --only d): the stress stream and the fleet mix, with the server's CPU."""
     figures: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-                               "load": uptime()}
+                               "load": uptime(), "engine_process": engine_http.ENGINE_PROCESS}
     for key, stream in (("d", "incidents"), ("d_fleet", "fleet")):
         part = figures[key] = engine_http.latency_part(ROOT / "rules", seconds, stream=stream)
         print(f"{key:8} p50/p99/max {part['p50_ms']:.1f}/{part['p99_ms']:.1f}/{part['max_ms']:.1f} ms at "
               f"{part['achieved_rate']:,.0f} of {part['target_rate']:,} ev/s; server CPU "
-              f"{part['server_cpu_us_per_event']:.0f} µs/event; {part['raising']:,} raising of "
+              f"{part['server_cpu_us_per_event']:.0f} µs/event (engine process {part['engine_cpu_us_per_event']:.0f}); "
+              f"{part['raising']:,} raising of "
               f"{part['events']:,}; exact={'yes' if not part['mismatch'] else 'NO: ' + part['mismatch']}", flush=True)
     figures["load_end"] = uptime()
     print(f"load {figures['load']} -> {figures['load_end']}")
@@ -499,6 +500,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(memory_part(args.memory_only)))
         return
     if args.only == "d":
+        if args.engine_process == "both":
+            parser.error("--only d takes --engine-process off or on")
+        engine_http.ENGINE_PROCESS = args.engine_process == "on"
         only_latency(2.0 if args.quick else 20.0, args.json)
         return
     quick = args.quick
