@@ -1,8 +1,8 @@
 """Engine benchmark: raw durable_rules vs gpuslo's evaluator, HTTP ingest end to end, latency, bounded memory.
 
-Run: .venv/bin/python bench/engine.py [--quick] [--json OUT] [--no-write] [--no-capacity]. A full run writes the
-section "Engine (bench/engine.py)" of bench/RESULTS.md; the last line printed holds the ratios against the targets
-of issue 17, all measured within this run: b/a0 >= 0.4 (CPU); c/b >= 0.5 on SQLite and >= 0.35 on PostgreSQL
+Run: .venv/bin/python bench/engine.py [--quick] [--json OUT] [--no-write] [--no-capacity] [--only d]. A full run
+writes the section "Engine (bench/engine.py)" of bench/RESULTS.md; the last line printed holds the ratios against
+the targets of issue 17, all measured within this run: b/a0 >= 0.4 (CPU); c/b >= 0.5 on SQLite and >= 0.35 on PostgreSQL
 (events/s); (d) at 1,000 events/s p99 <= 50 ms on the fleet mix and <= 100 ms on the stress stream (every event
 raises a violation), and the capacity (the highest rate at p99 <= 50 ms); (e) <= 50 MB RSS growth. It exits
 non-zero when any part stored other occurrences, per rule, than a reference evaluation of the same events.
@@ -461,6 +461,26 @@ def capacity_part(rules_dir: Path, stream: str, seconds: float) -> dict[str, Any
     return {"rate": best, "tried": tried, "seconds": seconds}
 
 
+def only_latency(seconds: float, out: Path | None) -> None:
+    """(d) alone (bench/engine.py --only d): the stress stream and the fleet mix, with the server's CPU."""
+    figures: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+                               "load": uptime(), "engine_process": engine_http.ENGINE_PROCESS}
+    for key, stream in (("d", "incidents"), ("d_fleet", "fleet")):
+        part = figures[key] = engine_http.latency_part(ROOT / "rules", seconds, stream=stream)
+        print(f"{key:8} p50/p99/max {part['p50_ms']:.1f}/{part['p99_ms']:.1f}/{part['max_ms']:.1f} ms at "
+              f"{part['achieved_rate']:,.0f} of {part['target_rate']:,} ev/s; server CPU "
+              f"{part['server_cpu_us_per_event']:.0f} µs/event (engine process {part['engine_cpu_us_per_event']:.0f}); "
+              f"{part['raising']:,} raising of "
+              f"{part['events']:,}; exact={'yes' if not part['mismatch'] else 'NO: ' + part['mismatch']}", flush=True)
+    figures["load_end"] = uptime()
+    print(f"load {figures['load']} -> {figures['load_end']}")
+    if out:
+        out.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
+    wrong = [f"({key}) {figures[key]['mismatch']}" for key in ("d", "d_fleet") if figures[key]["mismatch"]]
+    if wrong:
+        raise SystemExit("FAILED: stored occurrences differ from the reference evaluation: " + "; ".join(wrong))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs; finishes in under a minute")
@@ -472,10 +492,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "setting engine_process), or both, alternating embedded, process, embedded, process")
     parser.add_argument("--no-memory", action="store_true", help="skip (e) (the evaluator alone; no HTTP)")
     parser.add_argument("--memory-only", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=("d",), help="only (d) at 1,000 events/s: the stress stream, then the fleet "
+                        "mix (20 s each, 2 s with --quick); prints each part's figures, writes nothing")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # summary fallbacks and per-batch logs are not what is measured
     if args.memory_only:
         print(json.dumps(memory_part(args.memory_only)))
+        return
+    if args.only == "d":
+        if args.engine_process == "both":
+            parser.error("--only d takes --engine-process off or on")
+        engine_http.ENGINE_PROCESS = args.engine_process == "on"
+        only_latency(2.0 if args.quick else 20.0, args.json)
         return
     quick = args.quick
     started = time.perf_counter()

@@ -228,8 +228,11 @@ def latency_part(rules_dir: Path, seconds: float, stream: str = "incidents", rat
         start = clock() + 0.05
         # The client process posts body i at start + i * interval_s (or late, when it falls behind).
         scheduled = {item["id"]: start + (index // per_post) * interval_s for index, item in enumerate(items)}
+        child = core.runtime.pid if isinstance(core.runtime, EngineProcess) else None
+        cpu_before = process_cpu_s(os.getpid()), process_cpu_s(child)
         sent = send(start)
         wait_for_engine(core, timeout=max(120.0, len(items) / 50))
+        server_cpu, child_cpu = process_cpu_s(os.getpid()) - cpu_before[0], process_cpu_s(child) - cpu_before[1]
         reports_due = time.monotonic() + 5  # the engine process's last report may still be on its way
         while len(done) < len(items) and time.monotonic() < reports_due:
             time.sleep(0.01)
@@ -242,4 +245,7 @@ def latency_part(rules_dir: Path, seconds: float, stream: str = "incidents", rat
             "per_post": per_post, "achieved_rate": len(items) / (sent - start),
             "p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
             "violations": violations, "occurrences": occurrences, "expected_matches": sum(expected.values()),
-            "mismatch": occurrence_mismatch(by_rule, expected)}
+            "mismatch": occurrence_mismatch(by_rule, expected),
+            # CPU (user + system) of the server's process and of the engine process over the posting part
+            "server_cpu_us_per_event": 1e6 * server_cpu / len(items),
+            "engine_cpu_us_per_event": 1e6 * child_cpu / len(items)}

@@ -31,6 +31,90 @@ _GLOBALS = ("range", "dict")
 
 __all__ = ["MAX_SUMMARY_BYTES", "RenderRefused", "SummaryEnvironment", "human_bytes", "summary_environment"]
 
+# A summary made only of text and `{{ name.key.key }}` lookups (each optionally through the `bytes` filter),
+# compiled to its pieces: a text, or (filter or None, path: the context name, then dict keys). Most shipped
+# summaries are such; SummaryEnvironment.render_compiled renders them without Jinja's generated code and the
+# sandbox's getattr (bench/RESULTS.md, (d) stress).
+_Lookup = tuple[str | None, tuple[str, ...]]
+_Plan = tuple[str | _Lookup, ...]
+_PLAN = "gpuslo_plan"  # the attribute from_string sets on a compiled template: its _Plan, or None
+_PLAIN = (str, int, float, bool)  # values whose text is str(value) in Jinja's output as here
+_PLAN_FILTERS = frozenset({"bytes"})  # filters of one argument and no context: called as Jinja calls them
+_UNDEFINED = object()
+
+
+def _path(node: nodes.Node) -> tuple[str, ...] | None:
+    """`event.attrs.xid` → ("event", "attrs", "xid"); None for any other expression, or a key that names a
+    dict attribute (`items`, `get`, dunders): Jinja's getattr would find the method, not the key."""
+    keys: list[str] = []
+    while isinstance(node, nodes.Getattr):
+        if hasattr(dict, node.attr):
+            return None
+        keys.append(node.attr)
+        node = node.node
+    if not isinstance(node, nodes.Name) or node.ctx != "load":
+        return None
+    return (node.name, *reversed(keys))
+
+
+def _lookup(node: nodes.Node) -> _Lookup | None:
+    if (isinstance(node, nodes.Filter) and node.name in _PLAN_FILTERS and node.node is not None
+            and not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs)):
+        path = _path(node.node)
+        return None if path is None else (node.name, path)
+    path = _path(node)
+    return None if path is None else (None, path)
+
+
+def _plan(tree: nodes.Template) -> _Plan | None:
+    """The pieces of a template of text and plain lookups only; None for anything else."""
+    pieces: list[str | _Lookup] = []
+    for statement in tree.body:
+        if not isinstance(statement, nodes.Output):
+            return None
+        for child in statement.nodes:
+            if isinstance(child, nodes.TemplateData):
+                pieces.append(child.data)
+                continue
+            lookup = _lookup(child)
+            if lookup is None:
+                return None
+            pieces.append(lookup)
+    return tuple(pieces)
+
+
+def _render_plan(plan: _Plan, context: Mapping[str, Any], filters: Mapping[str, Any]) -> list[str] | None:
+    """The output pieces Jinja would produce for this context, or None where it might differ (a name or an
+    inner key that is missing, a value on the way that is not a dict, a value that is not a str, number, bool
+    or None): the caller then renders with Jinja. A missing last key is Jinja's undefined: no text."""
+    out: list[str] = []
+    for piece in plan:
+        if isinstance(piece, str):
+            out.append(piece)
+            continue
+        name, path = piece
+        value: Any = context
+        for depth, key in enumerate(path):
+            if type(value) is not dict:
+                return None
+            if key not in value:
+                if depth == 0 or depth < len(path) - 1 or name is not None:
+                    return None
+                value = _UNDEFINED
+                break
+            value = value[key]
+        if value is _UNDEFINED:
+            continue  # str() of an undefined is ''
+        if name is not None:
+            value = filters[name](value)
+        if value is None:
+            out.append("?")  # the environment's finalize
+        elif type(value) in _PLAIN:
+            out.append(str(value))
+        else:
+            return None
+    return out
+
 
 def human_bytes(value: Any) -> str:
     """`2147483648` → `2.00 GiB` (the `bytes` filter of summaries); anything else is shown as it is."""
@@ -80,6 +164,13 @@ class SummaryEnvironment(ImmutableSandboxedEnvironment):
         result: nodes.Template = _Steps().visit(tree)
         return result
 
+    def from_string(self, source: Any, globals: Any = None, template_class: Any = None) -> Any:  # noqa: A002
+        """Compile as Jinja does, and note the template's plan when it is text and plain lookups only."""
+        template = super().from_string(source, globals, template_class)
+        if isinstance(source, str) and globals is None:
+            setattr(template, _PLAN, _plan(self.parse(source)))
+        return template
+
     def _stepped(self, value: Any) -> Any:
         self.budget.tick()
         if isinstance(value, str):
@@ -114,9 +205,11 @@ class SummaryEnvironment(ImmutableSandboxedEnvironment):
     def render_compiled(self, template: Any, context: Mapping[str, Any]) -> str:
         """Render a template of this environment within the bounds; the output as one string."""
         self.budget.start()
+        plan = getattr(template, _PLAN, None)
+        planned = None if plan is None else _render_plan(plan, context, self.filters)
         pieces: list[str] = []
         size = 0
-        for piece in template.generate(**context):
+        for piece in planned if planned is not None else template.generate(**context):
             self.budget.tick()
             size += len(piece)
             if size > MAX_SUMMARY_BYTES:
