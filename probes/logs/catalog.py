@@ -157,7 +157,9 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                     "ut of CUDA memory", "ut of video memory", "nsufficient GPU memory", "OUT OF MEMORY"),
     "cuda_code": ("rror", "RROR", "tatus", "esult", "ode"),
     "library_number": (" failure", " error", " Error", " ERROR"),
-    "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT})),
+    # the start is case-blind: a sentence-initial capital too (CUDA's "[[ System not yet initialized (error 802) ]]")
+    "cuda_text": tuple(sorted({t.lower()[:12] for t in _DISTINCT} | {t[:12] for t in _DISTINCT}
+                              | {t.capitalize()[:12] for t in _DISTINCT})),
     "any_xid": ("XID", "Xid"),
     "allocation_failed": ("o allocate", "annot allocate", "llocation "), **CHECK_NEEDS, **SERVING_NEEDS,
     **TRAINING_NEEDS, **TOOLING_NEEDS,

@@ -237,7 +237,9 @@ DRIVER_FAMILIES: tuple[Family, ...] = (
     Family("fm_nvswitch", _c(r"detected NVSwitch (?:non-)?fatal error \d+"), _fm_nvswitch),
     Family("fm_failed", _c(r"request to query NVSwitch device information from NVSwitch driver failed"
                            r"|nvidia-fabricmanager\.service(?::)? [Ff]ailed|fabric manager config file item: .{0,80}"
-                           r"invalid value|nv-fabricmanager .{0,120}failed! Exit code"), _fm_failed),
+                           r"invalid value|nv-fabricmanager .{0,120}failed! Exit code"
+                           r"|ExecStart=\S*nv-fabricmanager\b.{0,200}\(code=exited, status=[1-9]\d*/FAILURE\)"),
+           _fm_failed),
     Family("nvlink_down", _c(r"GPU \d+(?:GPU \d+)?'s NvLink link \d+ is currently down"), _nvlink_down),
     Family("device_plugin_xid", _c(r"XidCriticalError: Xid=\d+"), _device_plugin_xid, complete=_c(r"marked unhealthy"),
            max_lines=2, joiner="\n", accept=_c(r"device marked unhealthy")),

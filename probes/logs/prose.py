@@ -107,6 +107,10 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if (_REPORTING_VERB_END.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS
+            and len(_WORD.findall(tail)) >= PLAIN_WORDS):
+        return True  # a runbook's sentence: "..., or nvidia-smi returns Failed to initialize NVML: Driver/library
+        # version mismatch because the resident kernel module and ..." (a key like "Scope: " made it look structured)
     if _REPORT_FIELD.match(head):
         return False  # a generated error report's field ("- **Exception Type:** torch.OutOfMemoryError"), not a list
     if _THROW_REPORT.search(head):
@@ -149,6 +153,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     return not structured and bool(_PROSE_TAIL.match(tail))
 
 
+# a sentence that says what a tool printed, just before the message ("nvidia-smi returns ")
+_REPORTING_VERB_END = re.compile(r"\b(?:returns|prints|reports|shows|says|outputs)\s+$")
 # the close of a parenthesis followed by a sentence's next plain word
 _GLOSS_END = re.compile(r"^[^()]*\)\s+[a-z][a-z']+\b")
 _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
