@@ -9,7 +9,8 @@ compared: ansible-rulebook's `timeout:` runs on arrival time, gpuslo's `within:`
 
 Runs only where ansible-rulebook and a JDK 17 are installed (`--ansible PATH`, default: on PATH or
 /tmp/ar-venv/bin/ansible-rulebook): `python3 -m venv /tmp/ar-venv && /tmp/ar-venv/bin/pip install
-ansible-rulebook==1.3.2 drools-jpy==0.4.1`. Otherwise it says so and exits 0.
+ansible-rulebook==1.3.2 drools-jpy==0.4.1 ansible-core` (without ansible-core, ansible-rulebook's source plugin
+fails with "ansible-galaxy is not installed"). Otherwise it says so and exits 0.
 Usage: .venv/bin/python bench/ansible_compare.py [--events 100000] [--ansible PATH]
 """
 
