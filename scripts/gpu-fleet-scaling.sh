@@ -411,7 +411,7 @@ if [ "${FLEET_BENCH:-fleet}" = engine ]; then
         step "bench/engine.py in $tree ($(cat "$tree/.commit" 2>/dev/null || git -C "$tree" log -1 --format=%h 2>/dev/null)) on CPUs $cpus, at most ${remaining}s; $(uptime)"
         [ "$remaining" -gt 30 ] || fail 28 "only ${remaining}s left for $tree"
         (cd "$tree" && PYTHONUNBUFFERED=1 timeout -s TERM -k 10 "$remaining" taskset -c "$cpus" "$vpy" bench/engine.py \
-            --no-capacity --no-memory --no-write --json "$out/engine-$name.json") || fail 28 "bench/engine.py in $tree"
+            --no-capacity --no-memory --no-write ${ENGINE_ARGS:-} --json "$out/engine-$name.json") || fail 28 "bench/engine.py in $tree"
     done
     step "done"
     exit 0
