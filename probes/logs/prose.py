@@ -109,6 +109,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     head, tail = text[:start], text[end:]
     if _docs_markup(text, head, tail):
         return True  # a page's heading, code span or quotation that names the message (h15o)
+    if _PRESENT_FAILS_WITH.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS:
+        return True  # an issue's summary: "... forward through dispatch_model fails with CUDA error: an illegal ..."
+        # (a program's log says what failed in the past tense: "cudaMemcpy failed with error ...")
     if (_REPORTING_VERB_END.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS
             and len(_WORD.findall(tail)) >= PLAIN_WORDS):
         return True  # a runbook's sentence: "..., or nvidia-smi returns Failed to initialize NVML: Driver/library
@@ -169,6 +172,9 @@ _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefi
 # markdown code span is how issue reports paste the message they got: it still reads), a rendered heading's
 # permalink mark ("CUDA Error: Illegal Memory Access Encountered#"), and a quotation that closes and is explained
 # ('Error message "RuntimeError: CUDA out of memory." was printed in logs.')
+# a sentence in the present tense that says what a program does when it breaks, up to the message's lead
+_PRESENT_FAILS_WITH = re.compile(r"\b(?:fails|crashes|dies|aborts)\s+with\s+(?:(?:a|an|the)\s+)?"
+                                 r"(?:(?:CUDA|Cuda|NCCL|cuBLAS|cuDNN)\s+)?(?:[Ee]rror:?\s*)?$")
 _MD_HEADING = re.compile(r"^\s*#{1,6}\s")
 _WHOLE_CODE_SPAN = re.compile(r"^\s*``[^`]+``[.,;:]?\s*$")
 _PERMALINK_END = re.compile(r"(?<=[A-Za-z)])[#\u00b6]\s*$")

@@ -56,3 +56,13 @@ def test_a_sentence_that_says_what_a_tool_throws_is_prose_when_it_goes_on():
                   "you. The error is real, but the diagnosis is not obvious.") == []
     # a log line that relays what a worker raised, with a short tail, still reads
     assert one("[E] llama runner raises CUDA error: out of memory (device 0)").kind == "cuda_oom"
+
+
+def test_an_issue_summary_that_says_what_fails_with_the_error_is_prose_for_the_generic_families_too():
+    """NVIDIA/TransformerEngine#3124 as mirrored (heldout26b): "... fails with CUDA error: an illegal memory access
+    was encountered on H200 NVL (sm_90)." (the generic CUDA-text family starts at the text, after "CUDA error: ")."""
+    assert events("Multi-GPU FP8 forward through accelerate.dispatch_model + te.fp8_autocast(DelayedScaling(HYBRID)) "
+                  "fails with CUDA error: an illegal memory access was encountered on H200 NVL (sm_90).") == []
+    # a program's own report says what failed, in the past tense
+    assert one("cudaMemcpyAsync failed with CUDA error: an illegal memory access was encountered").kind == (
+        "cuda_error")
