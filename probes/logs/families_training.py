@@ -20,12 +20,17 @@ Each family reads a format, not one report's text:
   ("Timeout waiting for key: default_pg/0/0 after 1800000 ms") is the store's wait timing out (nccl_timeout, as
   families_nccl.py reads "Socket Timeout"); a peer that hung up ("Connection reset by peer", "Broken pipe",
   "Connection refused") is rank 0's store gone: ncclRemoteError, a cascade of whatever stopped rank 0.
+- jaxlib's GPU kernels (XLA custom calls) check each cuBLAS/cuSOLVER/cuFFT call and raise "<file>:<line>: operation
+  <call>(...) failed: <jaxlib's own status text>" ("cuBlas has not been initialized", "cuSolver execution failed",
+  "cuFFT allocation failed"; jaxlib/gpu/gpu_kernel_helpers.cc): the library status of that call (an allocation
+  failure is an OOM).
 """
 
 from __future__ import annotations
 
 import re
 
+from gpuslo.probes.logs.families_cuda import cublas_found
 from gpuslo.probes.logs.families_loss import _step, _value
 from gpuslo.probes.logs.families_nccl import _warn
 from gpuslo.probes.logs.families_oom import _xla_oom
@@ -85,6 +90,41 @@ def _old_warn(text: str) -> Found | None:
     return _warn(_OLD_WARN.sub("NCCL WARN ", text, count=1))
 
 
+# jaxlib's status texts (gpu_kernel_helpers.cc's ErrorString), less the library's name: the status and its number
+_JAXLIB_STATUS: dict[str, dict[str, tuple[str, int]]] = {
+    "cuBlas": {"has not been initialized": ("NOT_INITIALIZED", 1), "allocation failure": ("ALLOC_FAILED", 3),
+               "invalid value error": ("INVALID_VALUE", 7), "architecture mismatch": ("ARCH_MISMATCH", 8),
+               "mapping error": ("MAPPING_ERROR", 11), "execution failed": ("EXECUTION_FAILED", 13),
+               "internal error": ("INTERNAL_ERROR", 14), "not supported error": ("NOT_SUPPORTED", 15),
+               "license error": ("LICENSE_ERROR", 16)},
+    "cuSolver": {"has not been initialized": ("NOT_INITIALIZED", 1), "allocation failed": ("ALLOC_FAILED", 2),
+                 "invalid value error": ("INVALID_VALUE", 3), "architecture mismatch error": ("ARCH_MISMATCH", 4),
+                 "mapping error": ("MAPPING_ERROR", 5), "execution failed": ("EXECUTION_FAILED", 6),
+                 "internal error": ("INTERNAL_ERROR", 7), "not supported error": ("NOT_SUPPORTED", 9),
+                 "zero pivot error": ("ZERO_PIVOT", 10)},
+    "cuFFT": {"invalid plan": ("INVALID_PLAN", 1), "allocation failed": ("ALLOC_FAILED", 2),
+              "invalid value": ("INVALID_VALUE", 4), "internal error": ("INTERNAL_ERROR", 5),
+              "execution failed": ("EXEC_FAILED", 6), "setup failed": ("SETUP_FAILED", 7),
+              "invalid size": ("INVALID_SIZE", 8), "invalid device": ("INVALID_DEVICE", 11)},
+}
+_JAXLIB_PREFIX = {"cuBlas": "CUBLAS_STATUS_", "cuSolver": "CUSOLVER_STATUS_", "cuFFT": "CUFFT_"}
+_JAXLIB = re.compile(r"\boperation (?P<api>[A-Za-z_]\w*)\s*\(.*\) failed: (?P<lib>cuBlas|cuSolver|cuFFT) "
+                     r"(?P<text>[^\n]+)")
+
+
+def _jaxlib_status(text: str) -> Found | None:
+    match = _JAXLIB.search(text)
+    if not match:
+        return None
+    lib, api = match.group("lib"), match.group("api")
+    status = _JAXLIB_STATUS[lib].get(match.group("text").strip().rstrip(".").strip())
+    if lib == "cuBlas":
+        return cublas_found(status[0] if status else None, status[1] if status else None, api)
+    name = _JAXLIB_PREFIX[lib] + status[0] if status else None
+    kind = "cuda_oom" if status and status[0] == "ALLOC_FAILED" else "cuda_error"
+    return Found(kind, _clean({"error_name": name, "error_code": status[1] if status else None, "api": api}))
+
+
 TRAINING_FAMILIES: tuple[Family, ...] = (
     Family("jax_nonfinite", _JAX_NONFINITE, _jax_nonfinite),
     Family("nccl_warn_unprefixed", _OLD_WARN, _old_warn),
@@ -94,6 +134,7 @@ TRAINING_FAMILIES: tuple[Family, ...] = (
     Family("xla_constant_alloc", _c(r"INTERNAL: Failed to allocate \d+ bytes for new constant"), _xla_oom),
     # "Socket Timeout" stays with families_nccl.py's store_timeout
     Family("store_get_failed", _c(_STORE_GET + r"(?!Socket Timeout)"), _store_get),
+    Family("jaxlib_library_status", _c(r"\) failed: (?:cuBlas|cuSolver|cuFFT) [a-z]"), _jaxlib_status),
 )
 # the literals every match of each start holds (catalog.py's _NEEDS)
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -102,4 +143,5 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "loss_is_nonfinite": ("Loss is ",), "xla_resource_exhausted": ("Resource exhausted: ",),
     "xla_constant_alloc": ("bytes for new constant",),
     "store_get_failed": ("is setting up NCCL communicator",),
+    "jaxlib_library_status": (") failed: cuBlas ", ") failed: cuSolver ", ") failed: cuFFT "),
 }

@@ -107,6 +107,11 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if _docs_markup(text, head, tail):
+        return True  # a page's heading, code span or quotation that names the message (h15o)
+    if _PRESENT_FAILS_WITH.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS:
+        return True  # an issue's summary: "... forward through dispatch_model fails with CUDA error: an illegal ..."
+        # (a program's log says what failed in the past tense: "cudaMemcpy failed with error ...")
     if (_REPORTING_VERB_END.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS
             and len(_WORD.findall(tail)) >= PLAIN_WORDS):
         return True  # a runbook's sentence: "..., or nvidia-smi returns Failed to initialize NVML: Driver/library
@@ -143,6 +148,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         # custom all-reduce), while NCCL itself works on the node."
     if not structured and len(_WORD.findall(head)) >= PLAIN_WORDS:
         return True
+    if not structured and _REPORTING_VERB_END.search(head) and len(_WORD.findall(tail)) >= LONG_SENTENCE:
+        return True  # "Ollama throws CUDA Error: Out of Memory and your GPU has gigabytes of free VRAM ..."
     if (not structured and head.rstrip().endswith("(") and _GLOSS_END.match(tail)
             and len(_WORD.findall(tail)) >= LONG_SENTENCE):
         return True  # a gloss in a sentence that goes on: "Addresses XID 79 (GPU has fallen off the bus) scenarios by
@@ -154,10 +161,32 @@ def is_prose(line: Line, start: int, end: int) -> bool:
 
 
 # a sentence that says what a tool printed, just before the message ("nvidia-smi returns ")
-_REPORTING_VERB_END = re.compile(r"\b(?:returns|prints|reports|shows|says|outputs)\s+$")
+_REPORTING_VERB_END = re.compile(r"\b(?:returns|prints|reports|shows|says|outputs|throws|raises|gives)\s+$")
 # the close of a parenthesis followed by a sentence's next plain word
 _GLOSS_END = re.compile(r"^[^()]*\)\s+[a-z][a-z']+\b")
 _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefix, key=value, bracket or digit
+
+
+# docs markup around the message (h15o): a markdown heading that opens a code span ("### 1. `CUDA error: out of
+# memory` (during load)"), a line that is one reST literal ("``CUresult error result=2 ...``"; a line that is one
+# markdown code span is how issue reports paste the message they got: it still reads), a rendered heading's
+# permalink mark ("CUDA Error: Illegal Memory Access Encountered#"), and a quotation that closes and is explained
+# ('Error message "RuntimeError: CUDA out of memory." was printed in logs.')
+# a sentence in the present tense that says what a program does when it breaks, up to the message's lead
+_PRESENT_FAILS_WITH = re.compile(r"\b(?:fails|crashes|dies|aborts)\s+with\s+(?:(?:a|an|the)\s+)?"
+                                 r"(?:(?:CUDA|Cuda|NCCL|cuBLAS|cuDNN)\s+)?(?:[Ee]rror:?\s*)?$")
+_MD_HEADING = re.compile(r"^\s*#{1,6}\s")
+_WHOLE_CODE_SPAN = re.compile(r"^\s*``[^`]+``[.,;:]?\s*$")
+_PERMALINK_END = re.compile(r"(?<=[A-Za-z)])[#\u00b6]\s*$")
+_CLOSED_THEN_EXPLAINED = re.compile(r"^[^\"\u201d]*[\"\u201d]\s+(?:was|were|is|are|gets?|got|appears?|shows?)\s+\w")
+
+
+def _docs_markup(text: str, head: str, tail: str) -> bool:
+    """The message sits in a page's markup, not in a log line (see the patterns above)."""
+    if _WHOLE_CODE_SPAN.match(text) or _PERMALINK_END.search(text):
+        return True
+    opened = _open_quote(head)
+    return opened and (bool(_MD_HEADING.match(head) and "`" in head) or bool(_CLOSED_THEN_EXPLAINED.match(tail)))
 
 
 _ARTICLES = frozenset({"the", "this", "that", "a", "an"})
