@@ -20,6 +20,10 @@ Each family reads a format, not one report's text:
   OutOfMemoryError): ray::WorkerDict.update_actor() (pid=N, ip=...)" is the task's torch.OutOfMemoryError (a memory
   monitor kill is raised as ray.exceptions.OutOfMemoryError itself, not wrapped), seen at the driver when the
   worker's own traceback is in another log (issue 15, heldout22).
+- Fabric Manager's own reasons for exiting, in its log file ("[ERROR] [tid N] ...") or relayed by journald
+  ("nv-fabricmanager[N]: ..."): "fabric manager NVIDIA GPU driver interface version X don't match with driver version
+  Y" (its package and the loaded driver differ) and "detected number of NVSwitches don't match with any supported
+  system topology, aborting fabric manager": a `fabric_manager_failed` fault (issue 15, heldout24-25).
 """
 
 from __future__ import annotations
@@ -94,6 +98,19 @@ def _sanitizer(text: str) -> Found | None:
                                 "api": f"compute-sanitizer {match.group('space')} {match.group('op')}"})
 
 
+# FM words both versions before "don't match"; a sentence that names the failure without them is not its log line
+_FM_EXIT = re.compile(r"\bNVIDIA GPU driver interface version (?P<fm>\d[\w.]*) don'?t match with driver version "
+                      r"(?P<driver>\d[\w.]*\d)|\bdetected number of NVSwitches don'?t match with any supported system "
+                      r"topology\b")
+
+
+def _fm_exit(text: str) -> Found | None:
+    match = _FM_EXIT.search(text)
+    if not match:
+        return None
+    return Found("gpu_fault", {"fault": "fabric_manager_failed", "detail": text[match.start():].strip()[:1024]})
+
+
 # before the CUDA status families: "Error Code 1: Cuda Runtime (out of memory)" would otherwise be read alone
 TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("trt_error_code_oom", _c(r"\bError Code \d+: (?:Cuda Runtime \(out of memory\)"
@@ -101,6 +118,7 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
            complete=_c(r"could not be allocated"), max_lines=2,
            accept=_c(r"Requested amount of GPU memory \(\d+ bytes\) could not be allocated")),
     Family("checked_nccl_error", _c(r"\bNCCL error [^\s']+:\d+ '"), _checked_nccl),
+    Family("fm_exit_reason", _FM_EXIT, _fm_exit),
     Family("critical_xid", _CRITICAL_XID, _critical_xid),
     Family("sanitizer_memcheck", _SANITIZER, _sanitizer),
     Family("ray_task_oom", _RAY_TASK_OOM, _ray_task_oom),
@@ -116,6 +134,7 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
 NEEDS: dict[str, tuple[str, ...]] = {
     "trt_error_code_oom": ("Cuda Runtime (out of memory)", "OutOfMemory ("),
     "checked_nccl_error": ("NCCL error ",),
+    "fm_exit_reason": ("driver interface version", "supported system topology"),
     "critical_xid": ("Detected Critical Xid Error",),
     "sanitizer_memcheck": ("= Invalid __",),
     "ray_task_oom": ("OutOfMemoryError):",),

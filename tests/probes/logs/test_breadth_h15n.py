@@ -1,0 +1,55 @@
+"""Session h15n's readers (heldout25's and heldout24's Fabric Manager misses): one behaviour each, on the formats of
+public fixtures and pages (numbers changed)."""
+
+from __future__ import annotations
+
+from logprobe_helpers import events, one
+
+
+def _fm_fault(text: str) -> str:
+    found = one(text)
+    assert found.kind == "gpu_fault"
+    return str(found.attrs["fault"])
+
+
+def test_fabric_managers_driver_interface_mismatch_is_a_fabric_manager_fault_in_its_log_and_in_journald():
+    """Fabric Manager's own log (DigitalOcean's support page, heldout24) and the same message relayed by journald
+    under `systemctl status nvidia-fabricmanager` (akash-network/website's provider troubleshooting page,
+    heldout25): its package and the loaded driver differ, so it exits."""
+    log = ("[May 06 2025 08:12:41] [ERROR] [tid 13909] fabric manager NVIDIA GPU driver interface version 550.144.03 "
+           "don't match with driver version 550.127.05. Please update with matching NVIDIA driver package.")
+    assert _fm_fault(log) == "fabric_manager_failed"
+    journal = ("Feb 17 08:41:03 gpu-worker-3 systemd[1]: Starting NVIDIA fabric manager service...\n"
+               "Feb 17 08:41:03 gpu-worker-3 nv-fabricmanager[88417]: fabric manager NVIDIA GPU driver interface "
+               "version 550.144.03 don't match with driver version 550.127.08. Please update with matching NVIDIA "
+               "driver package.\n"
+               "Feb 17 08:41:03 gpu-worker-3 systemd[1]: nvidia-fabricmanager.service: Control process exited, "
+               "code=exited, status=1/FAILURE")
+    found = one(journal)
+    assert found.attrs["fault"] == "fabric_manager_failed"
+    assert "550.144.03 don't match with driver version 550.127.08" in found.attrs["detail"]
+
+
+def test_fabric_managers_topology_mismatch_reads_in_each_form_gpud_tests():
+    """leptonai/gpud's fabric-manager log matcher tests the line in three forms: the log file's, journalctl's
+    bare message and journald's `nv-fabricmanager[N]:` prefix."""
+    message = "detected number of NVSwitches don't match with any supported system topology, aborting fabric manager"
+    for text in (f"[Sep 12 2025 04:17:33] [ERROR] {message}", message, f"nv-fabricmanager[1930114]: {message}"):
+        assert _fm_fault(text) == "fabric_manager_failed"
+
+
+def test_a_healthy_fabric_manager_start_and_a_sentence_naming_the_mismatch_give_nothing():
+    """"fabric manager" is now a trigger word: the unit's start/stop lines reach the parser and must stay quiet,
+    and a sentence that names the mismatch without the two versions is not its log line."""
+    assert events("Apr 22 10:04:17 gpu-node-8x systemd[1]: Starting NVIDIA fabric manager service...\n"
+                  "Apr 22 10:04:21 gpu-node-8x systemd[1]: Started NVIDIA fabric manager service.") == []
+    assert events("If the packages differ, fabric manager logs that the NVIDIA GPU driver interface version don't "
+                  "match with driver version and exits; install the matching nvidia-fabricmanager package.") == []
+    # a version the sentence cuts off before the second one gives nothing either
+    assert events("fabric manager NVIDIA GPU driver interface version 610.57.04") == []
+
+
+def test_fabric_managers_config_item_error_still_reads_after_its_trigger_word_changed():
+    """"FABRIC_" gave its place to "fabric manager": the config-item error (heldout) holds both."""
+    assert _fm_fault("10.5.0.3: fabric manager config file item: FABRIC_NODE_CONFIG_FILE has an invalid value") == (
+        "fabric_manager_failed")
