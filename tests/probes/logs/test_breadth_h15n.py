@@ -53,3 +53,28 @@ def test_fabric_managers_config_item_error_still_reads_after_its_trigger_word_ch
     """"FABRIC_" gave its place to "fabric manager": the config-item error (heldout) holds both."""
     assert _fm_fault("10.5.0.3: fabric manager config file item: FABRIC_NODE_CONFIG_FILE has an invalid value") == (
         "fabric_manager_failed")
+
+
+def test_gpuds_own_xid_report_reads_in_its_state_reason_and_its_event_message():
+    """leptonai/gpud's tutorial: /v1/states gives "reason": "XID 74 (NVLINK Error) detected on PCI:...", /v1/events
+    "message": "XID 79(GPU has fallen off the bus) detected on PCI:..." (pretty-printed JSON, heldout25b)."""
+    state = one('        "reason": "XID 74 (NVLINK Error) detected on PCI:0000:1b:00",')
+    assert (state.kind, state.attrs["xid"], state.attrs["pci_bus"]) == ("gpu_xid", 74, "0000:1b:00")
+    event = one('        "message": "XID 74(NVLINK Error) detected on PCI:0000:1B:00"')
+    assert (event.attrs["xid"], event.attrs["pci_bus"]) == (74, "0000:1b:00")
+    # a catalog's description of an Xid is a quotation, not a report
+    assert events('    "description": "XID 74 (NVLINK Error) detected on PCI:0000:1b:00 means the link went '
+                  'down",') == []
+
+
+def test_dcgms_policy_violation_callback_is_an_xid_of_the_number_in_its_data_line():
+    """DCGM's Go bindings policy sample (NVIDIA gpu-monitoring-tools, vendored in k8s-device-plugin): a violation
+    prints "Error : XID Error" and, a line or two below, "Data : {31}"."""
+    found = one("2019/03/14 09:12:40 Listening for violations...\n"
+                "GPU        : 1\n"
+                "Error      : XID Error\n"
+                "Timestamp  : 2019-03-14 04:20:17 +0000 UTC\n"
+                "Data       : {31}")
+    assert (found.kind, found.attrs["xid"]) == ("gpu_xid", 31)
+    # a callback cut off before its data names no Xid
+    assert events("Error      : XID Error\nTimestamp  : 2019-03-14 04:20:17 +0000 UTC") == []
