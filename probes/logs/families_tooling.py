@@ -27,6 +27,10 @@ Each family reads a format, not one report's text:
 - A health tool's own report of an Xid: gpud's health state and event messages, "XID 74 (NVLINK Error) detected on
   PCI:0000:04:00" (also without the space before the name), and DCGM's policy-violation callback as its Go bindings
   print it, "Error : XID Error" then "Data : {31}" a line or two below (issue 15, heldout25b).
+- The Kubernetes device plugin's start on a node whose NVML it cannot load ("Detected non-NVML platform: could not
+  load NVML library: libnvidia-ml.so.1: cannot open shared object file ...", then "Incompatible platform detected"
+  and "No devices found. Waiting indefinitely."): the node advertises no GPU, a `nvml_unavailable` fault. A bet: the
+  plugin prints the same on a node without GPUs that it was wrongly scheduled to (issue 15, heldout24).
 """
 
 from __future__ import annotations
@@ -136,6 +140,16 @@ def _policy_xid(text: str) -> Found | None:
     return Found("gpu_xid", {"xid": int(match.group(1)), "detail": "DCGM policy violation: XID Error"})
 
 
+_NO_NVML = re.compile(r"\bDetected non-NVML platform: could not load NVML(?: library)?: (?P<why>\S.*)")
+
+
+def _no_nvml(text: str) -> Found | None:
+    match = _NO_NVML.search(text)
+    if not match:
+        return None
+    return Found("gpu_fault", {"fault": "nvml_unavailable", "detail": match.group("why").strip()[:1024]})
+
+
 # before the CUDA status families: "Error Code 1: Cuda Runtime (out of memory)" would otherwise be read alone
 TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("trt_error_code_oom", _c(r"\bError Code \d+: (?:Cuda Runtime \(out of memory\)"
@@ -145,6 +159,7 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("checked_nccl_error", _c(r"\bNCCL error [^\s']+:\d+ '"), _checked_nccl),
     Family("fm_exit_reason", _FM_EXIT, _fm_exit),
     Family("tool_xid_report", _TOOL_XID, _tool_xid),
+    Family("device_plugin_no_nvml", _NO_NVML, _no_nvml),
     Family("dcgm_policy_xid", _POLICY_XID, _policy_xid, complete=_c(r"^\s*Data\s*:"), max_lines=3, joiner="\n",
            accept=_c(r"^\s*(?:Timestamp|Data)\s*:")),
     Family("critical_xid", _CRITICAL_XID, _critical_xid),
@@ -164,6 +179,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "checked_nccl_error": ("NCCL error ",),
     "fm_exit_reason": ("driver interface version", "supported system topology"),
     "tool_xid_report": (") detected on PCI:",),
+    "device_plugin_no_nvml": ("non-NVML platform",),
     "dcgm_policy_xid": ("XID Error",),
     "critical_xid": ("Detected Critical Xid Error",),
     "sanitizer_memcheck": ("= Invalid __",),

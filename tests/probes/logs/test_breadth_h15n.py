@@ -78,3 +78,22 @@ def test_dcgms_policy_violation_callback_is_an_xid_of_the_number_in_its_data_lin
     assert (found.kind, found.attrs["xid"]) == ("gpu_xid", 31)
     # a callback cut off before its data names no Xid
     assert events("Error      : XID Error\nTimestamp  : 2019-03-14 04:20:17 +0000 UTC") == []
+
+
+def test_the_device_plugins_start_without_nvml_is_one_fault_and_its_healthy_platform_lines_are_none():
+    """dlowkeen/homelab's device plugin write-up (heldout24): klog's "Detected non-NVML platform: could not load
+    NVML library: ...", then "Incompatible platform detected" and "No devices found"; older releases print "could
+    not load NVML:" after the Go log package's "2024/01/04 07:43:58 "."""
+    start = ("I0311 14:02:51.610233       1 factory.go:107] Detected non-NVML platform: could not load NVML library: "
+             "libnvidia-ml.so.1: cannot open shared object file: No such file or directory\n"
+             "E0311 14:02:51.610391       1 factory.go:115] Incompatible platform detected\n"
+             "I0311 14:02:51.610502       1 main.go:287] No devices found. Waiting indefinitely.")
+    found = one(start)
+    assert (found.kind, found.attrs["fault"]) == ("gpu_fault", "nvml_unavailable")
+    assert found.attrs["detail"].startswith("libnvidia-ml.so.1: cannot open shared object file")
+    assert one("2024/01/04 07:43:58 Detected non-NVML platform: could not load NVML: libnvidia-ml.so.1: cannot open "
+               "shared object file: No such file or directory").attrs["fault"] == "nvml_unavailable"
+    # the lines a healthy x86 node prints
+    assert events("I1126 04:34:05.352539       1 factory.go:104] Detected NVML platform\n"
+                  "I1126 04:34:05.352569       1 factory.go:107] Detected non-Tegra platform: /sys/devices/soc0/family "
+                  "file not found") == []
