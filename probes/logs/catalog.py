@@ -58,6 +58,12 @@ from gpuslo.probes.logs.prefilter import ahocorasick_rs
 # buckets, and with it how often a bucket fires on ordinary text (57 vs 36 ms over bench/logs.py's 100 MB for the same
 # 64 words); it is measured, not designed: `bench/logs.py --search-order N` swaps words N times and prints a faster
 # order.
+# h15n gave "FABRIC_"'s place to "fabric manager": every corpus line with "FABRIC_" (Fabric Manager's config-item
+# error) also holds it, as do Fabric Manager's own log lines ("[ERROR] [tid N] fabric manager NVIDIA GPU driver
+# interface version ... don't match ...", "... aborting fabric manager"); in FABRIC_'s bucket the lower-case word cost
+# 15 -> 27 ms per 100 MB, swapped with "Detected a " it costs nothing measurable (bench/logs.py's log, 15 ms). h15n
+# also cut "Detected a " to "Detected ", which holds it and the k8s device plugin's "Detected non-NVML platform: ..."
+# (20-24 ms either way on bench/logs.py's log).
 TRIGGER_WORDS: tuple[bytes, ...] = (
     b"UDA", b"U is lost", b") failed with error ", b"_EXHAUSTED", b"_bfc) ran out", b"Watchdog",
     b"Received a dump signal",
@@ -66,8 +72,8 @@ TRIGGER_WORDS: tuple[bytes, ...] = (
     b"(error code ", b"NVSwitch", b"The model's max", b"VRM", b"WARN C", b"Error",
     b"M when allocating", b"Malloc failed", b"Timed out", b"Tried to allocate", b"The client socket", b"_STATUS_",
     b"Ray killed", b"Workers (tasks", b"Assertion `", b"DCGM_FR_", b"L error", b"-fabricmanager", b"' device marked",
-    b"FABRIC_", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid ",
-    b"Current loss scale", b"NvLink link", b"BFCArena", b"Detected a ", b"Fail - GPU", b"UDNN failure", b"Capture",
+    b"Detected ", b"Out of ", b"Not enough memory", b"Test NCCL failure", b"Loss is ", b"NaN", b"nan", b"Invalid ",
+    b"Current loss scale", b"NvLink link", b"BFCArena", b"fabric manager", b"Fail - GPU", b"UDNN failure", b"Capture",
     b"Insufficient GPU memory", b"'s watchdog", b"Internal: unable to create", b"Executor creation failed",
     b"/library version mismatch", b"API error", b"CUresult", b"XID", b".cu at line", b"Success", b"Gpu API",
     b"'thrust::", b"!!!! kernel", b"Cuda ", b"Xid",

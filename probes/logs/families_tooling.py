@@ -20,6 +20,17 @@ Each family reads a format, not one report's text:
   OutOfMemoryError): ray::WorkerDict.update_actor() (pid=N, ip=...)" is the task's torch.OutOfMemoryError (a memory
   monitor kill is raised as ray.exceptions.OutOfMemoryError itself, not wrapped), seen at the driver when the
   worker's own traceback is in another log (issue 15, heldout22).
+- Fabric Manager's own reasons for exiting, in its log file ("[ERROR] [tid N] ...") or relayed by journald
+  ("nv-fabricmanager[N]: ..."): "fabric manager NVIDIA GPU driver interface version X don't match with driver version
+  Y" (its package and the loaded driver differ) and "detected number of NVSwitches don't match with any supported
+  system topology, aborting fabric manager": a `fabric_manager_failed` fault (issue 15, heldout24-25).
+- A health tool's own report of an Xid: gpud's health state and event messages, "XID 74 (NVLINK Error) detected on
+  PCI:0000:04:00" (also without the space before the name), and DCGM's policy-violation callback as its Go bindings
+  print it, "Error : XID Error" then "Data : {31}" a line or two below (issue 15, heldout25b).
+- The Kubernetes device plugin's start on a node whose NVML it cannot load ("Detected non-NVML platform: could not
+  load NVML library: libnvidia-ml.so.1: cannot open shared object file ...", then "Incompatible platform detected"
+  and "No devices found. Waiting indefinitely."): the node advertises no GPU, a `nvml_unavailable` fault. A bet: the
+  plugin prints the same on a node without GPUs that it was wrongly scheduled to (issue 15, heldout24).
 """
 
 from __future__ import annotations
@@ -94,6 +105,51 @@ def _sanitizer(text: str) -> Found | None:
                                 "api": f"compute-sanitizer {match.group('space')} {match.group('op')}"})
 
 
+# FM words both versions before "don't match"; a sentence that names the failure without them is not its log line
+_FM_EXIT = re.compile(r"\bNVIDIA GPU driver interface version (?P<fm>\d[\w.]*) don'?t match with driver version "
+                      r"(?P<driver>\d[\w.]*\d)|\bdetected number of NVSwitches don'?t match with any supported system "
+                      r"topology\b")
+
+
+def _fm_exit(text: str) -> Found | None:
+    match = _FM_EXIT.search(text)
+    if not match:
+        return None
+    return Found("gpu_fault", {"fault": "fabric_manager_failed", "detail": text[match.start():].strip()[:1024]})
+
+
+_TOOL_XID = re.compile(r"\bXID (?P<xid>\d{1,3}) ?\([^()\n]{1,80}\) detected on PCI:"
+                       r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+
+
+def _tool_xid(text: str) -> Found | None:
+    match = _TOOL_XID.search(text)
+    if not match:
+        return None
+    return Found("gpu_xid", {"xid": int(match.group("xid")), "pci_bus": canonical_pci_bus(match.group("pci")),
+                             "detail": text[match.start():].strip().rstrip('",')[:1024]})
+
+
+_POLICY_XID = re.compile(r"^\s*Error\s*:\s*XID Error\s*$")
+
+
+def _policy_xid(text: str) -> Found | None:
+    match = re.search(r"\n\s*Data\s*:\s*\{(\d{1,3})\}", text)  # the Data line a line or two below the start
+    if not match:
+        return None  # a violation callback cut off before its data: no number to report
+    return Found("gpu_xid", {"xid": int(match.group(1)), "detail": "DCGM policy violation: XID Error"})
+
+
+_NO_NVML = re.compile(r"\bDetected non-NVML platform: could not load NVML(?: library)?: (?P<why>\S.*)")
+
+
+def _no_nvml(text: str) -> Found | None:
+    match = _NO_NVML.search(text)
+    if not match:
+        return None
+    return Found("gpu_fault", {"fault": "nvml_unavailable", "detail": match.group("why").strip()[:1024]})
+
+
 # before the CUDA status families: "Error Code 1: Cuda Runtime (out of memory)" would otherwise be read alone
 TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
     Family("trt_error_code_oom", _c(r"\bError Code \d+: (?:Cuda Runtime \(out of memory\)"
@@ -101,6 +157,11 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
            complete=_c(r"could not be allocated"), max_lines=2,
            accept=_c(r"Requested amount of GPU memory \(\d+ bytes\) could not be allocated")),
     Family("checked_nccl_error", _c(r"\bNCCL error [^\s']+:\d+ '"), _checked_nccl),
+    Family("fm_exit_reason", _FM_EXIT, _fm_exit),
+    Family("tool_xid_report", _TOOL_XID, _tool_xid),
+    Family("device_plugin_no_nvml", _NO_NVML, _no_nvml),
+    Family("dcgm_policy_xid", _POLICY_XID, _policy_xid, complete=_c(r"^\s*Data\s*:"), max_lines=3, joiner="\n",
+           accept=_c(r"^\s*(?:Timestamp|Data)\s*:")),
     Family("critical_xid", _CRITICAL_XID, _critical_xid),
     Family("sanitizer_memcheck", _SANITIZER, _sanitizer),
     Family("ray_task_oom", _RAY_TASK_OOM, _ray_task_oom),
@@ -116,6 +177,10 @@ TOOLING_FAMILIES_BEFORE: tuple[Family, ...] = (
 NEEDS: dict[str, tuple[str, ...]] = {
     "trt_error_code_oom": ("Cuda Runtime (out of memory)", "OutOfMemory ("),
     "checked_nccl_error": ("NCCL error ",),
+    "fm_exit_reason": ("driver interface version", "supported system topology"),
+    "tool_xid_report": (") detected on PCI:",),
+    "device_plugin_no_nvml": ("non-NVML platform",),
+    "dcgm_policy_xid": ("XID Error",),
     "critical_xid": ("Detected Critical Xid Error",),
     "sanitizer_memcheck": ("= Invalid __",),
     "ray_task_oom": ("OutOfMemoryError):",),

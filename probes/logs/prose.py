@@ -45,6 +45,9 @@ PLAIN_WORDS = 4  # this many plain words in front of the token, with no log stru
 _SOURCE_LINE = re.compile(r"^\s*raise\s+[\w.]+\(")
 _NESTED_QUOTE = re.compile(r"^\s*>\s*>")  # a reply quoting a quote: "> > ggml_cuda_init: failed to ..."
 _JSON_RECORD = re.compile(r"^\s*\{\"[\w.@-]+\":")
+# a pretty-printed JSON record's message field (gpud's /v1/states "reason", /v1/events "message"): its value opens
+# the line's only quote, which is syntax; a catalog's "description" or "name" stays a quotation
+_JSON_MESSAGE_FIELD = re.compile(r"^\s*\"(?:reason|message|msg|error)\":\s*\"$")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
 # a number written as a placeholder: "XX.XX MiB", "XXXX bytes (total YYYY bytes)"
 _PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b|\b(?:[Xx]{2,}|[Yy]{2,}|[Nn]{3,})\s*(?:bytes?|[KMGT]i?B)\b")
@@ -102,6 +105,8 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return True  # '"CUDA error: out of memory" was reported when training.'
     if _JSON_RECORD.match(text):
         return False  # a JSON log record: its quotes are syntax, not a quotation
+    if _JSON_MESSAGE_FIELD.match(text[:start]):
+        return False  # the message field of a pretty-printed JSON record, its value from the first character
     if start == len(text) - len(text.lstrip()) and text.startswith("NCCL WARN", start):
         return True  # NCCL prints WARN only after its "host:pid:tid [dev]" prefix: a bare one is a quoted example
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
