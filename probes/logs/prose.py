@@ -51,7 +51,9 @@ _JSON_MESSAGE_FIELD = re.compile(r"^\s*\"(?:reason|message|msg|error)\":\s*\"$")
 _SETTING = re.compile(r"^\s*[A-Z][A-Z0-9_]{2,}=")  # an environment or field dump: NAME=value
 # a number written as a placeholder: "XX.XX MiB", "XXXX bytes (total YYYY bytes)"
 _PLACEHOLDER = re.compile(r"\b[Xx]{1,3}\.[Xx]{1,3}\b|\b(?:[Xx]{2,}|[Yy]{2,}|[Nn]{3,})\s*(?:bytes?|[KMGT]i?B)\b")
-_TITLE_TAG = re.compile(r"^\s*\[(?:BUG|Bug|bug|Feature|FEATURE|Question|QUESTION|Usage|Doc|RFC|Help|help|Issue)\]")
+# an issue template may open the title with its emoji: "🐛 [Bug] Error Code 2: OutOfMemory (...)" (heldout27b)
+_TITLE_TAG = re.compile(r"^\s*(?:[^\w\s\[]{1,2}\s*)?\[(?:BUG|Bug|bug|Feature|FEATURE|Question|QUESTION|Usage|Doc"
+                        r"|RFC|Help|help|Issue)\]")
 _DEFINITION_HEAD = re.compile(r"^\s*(?:error\s*)?\d+\s+(?:is|means|=)\s*$", re.IGNORECASE)
 # a line that is a quotation followed by what happened to it: '"<message>" was reported ...'
 _QUOTED_THEN_EXPLAINED = re.compile(r"^\s*[\"“][^\"”]{3,}[\"”]\s+(?:was|were|is|are|gets?|got|means|occurs|happens|"

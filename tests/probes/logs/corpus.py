@@ -34,7 +34,8 @@ REPORTED = (*SPLITS, "heldout2", "heldout-nan", "heldout3", "heldout4", "heldout
             "heldout8", "heldout9", "heldout10", "heldout11", "heldout12", "heldout13", "tune-h15d-2",
             "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "heldout19", "heldout19b",
             "heldout20", "heldout20b", "heldout21", "heldout21b", "heldout22", "heldout22b", "heldout23",
-            "heldout23b", "heldout24", "heldout25", "heldout25b", "heldout26", "heldout26b")
+            "heldout23b", "heldout24", "heldout25", "heldout25b", "heldout26", "heldout26b", "heldout27",
+            "heldout27b")
 READ_TIME = datetime(2025, 3, 1, tzinfo=UTC)
 ENVELOPE = ("gpu", "rank", "pid", "gpu_uuid", "job")
 
