@@ -27,6 +27,7 @@ from gpuslo.engine.fleet import offsets, output, poison, publish, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
 from gpuslo.engine.fleet.routing import Partition, longest_window
+from gpuslo.engine.fleet.step_events import StepEvents
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
@@ -149,9 +150,11 @@ class PartitionRunner:
             reader.close()
         self.evaluator.tick(self.offset.clock)  # absences stored by the last owner up to its clock: already out
 
-    def _events(self, delivered: Sequence[Delivered]) -> list[Event]:
-        """The events of the messages, in order (publish.decode); what is not a valid event is logged, counted
-        and skipped."""
+    def _events(self, delivered: Sequence[Delivered], built: StepEvents | None = None) -> list[Event]:
+        """The events of the messages, in order (publish.decode), each built by `built` (the worker step's: an
+        event another partition of the step built is reused) or parse_event; what is not a valid event is
+        logged, counted and skipped."""
+        build = parse_event if built is None else built.build
         events = []
         for item in delivered:
             try:
@@ -161,7 +164,7 @@ class PartitionRunner:
                 continue
             for obj in objects:
                 try:
-                    events.append(parse_event(obj))
+                    events.append(build(obj))
                 except EventError as exc:
                     self._bad(item.seq, exc)
         return events
@@ -183,9 +186,10 @@ class PartitionRunner:
             self._recent.popitem(last=False)
         return fresh
 
-    def evaluate(self, delivered: Sequence[Delivered]) -> Pending | None:
-        """Evaluate a batch read from the stream; with nothing read, check absences on the stream's running
-        clock. What to store, with the offset it moves the partition to; None when there is nothing to store."""
+    def evaluate(self, delivered: Sequence[Delivered], built: StepEvents | None = None) -> Pending | None:
+        """Evaluate a batch read from the stream (its events built by `built`, the worker step's, when given);
+        with nothing read, check absences on the stream's running clock. What to store, with the offset it
+        moves the partition to; None when there is nothing to store."""
         if not delivered:
             now = self.evaluator.stream_time(time.monotonic())
             matches = self.evaluator.tick(now) if now is not None else []
@@ -193,7 +197,7 @@ class PartitionRunner:
                 return None
             assert now is not None
             return Pending(self, [EngineResult((), tuple(matches))], self._next(self.offset.seq, now))
-        events = self._fresh(self._events(delivered))
+        events = self._fresh(self._events(delivered, built))
         return Pending(self, [self.evaluator.evaluate_batch(events)],
                        self._next(delivered[-1].seq, self.evaluator.watermark), len(events),
                        self._settings.store_events == "all")

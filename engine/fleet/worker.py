@@ -21,6 +21,7 @@ from gpuslo.engine.fleet.ownership import Ownership, assign, weights
 from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, StoreAbandoned, store_batches
 from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
 from gpuslo.engine.fleet.slis import burn_rule_ids
+from gpuslo.engine.fleet.step_events import StepEvents
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
@@ -102,8 +103,9 @@ class Worker:
         readers = [r.reader for r in runners if r.reader is not None]
         limit = max(1, min(self._fleet.partition.batch, self._fleet.fetch_messages // max(1, len(readers))))
         batches = self._bus.take_all(readers, limit, self._fleet.fetch_timeout_s)
-        pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
-                   if p is not None]
+        built = StepEvents()  # an event the step fetched for several partitions is built once
+        pending = [p for p in (runner.evaluate(delivered, built)
+                               for runner, delivered in zip(runners, batches, strict=True)) if p is not None]
         for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics,
                                     burn_rules=self._burn_rules, stop=self._stop):
             log.warning("worker %s: partition %s was written by another owner; giving it up", self._fleet.name,
