@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import ConfigError, EventError, GpusloError, TransactionConflict
 from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.explain import SummaryRenderer
 from gpuslo.engine.fleet import offsets, output, poison, publish, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
@@ -95,7 +96,8 @@ class PartitionRunner:
     """The evaluator and stream reader of one partition, owned by this worker."""
 
     def __init__(self, partition: Partition, rulebooks: Sequence[Rulebook], *, bus: Bus, database: Database,
-                 owner: str, notify: Notify, metrics: Metrics, settings: PartitionSettings):
+                 owner: str, notify: Notify, metrics: Metrics, settings: PartitionSettings,
+                 renderer: SummaryRenderer | None = None):
         self.partition = partition
         self._rulebooks = tuple(rulebooks)
         self._bus = bus
@@ -104,7 +106,8 @@ class PartitionRunner:
         self._notify = notify
         self._metrics = metrics
         self._settings = settings
-        self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics, isolate_events=True)
+        self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics, isolate_events=True,
+                                       renderer=renderer)  # the worker's: a summary compiles once per worker
         self.evaluator.load(self._rulebooks)
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.offset = Offset()

@@ -16,6 +16,7 @@ import orjson
 from gpuslo.engine.alerts import load_alerts_config
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import ConfigError, GpusloError
+from gpuslo.engine.explain import SummaryRenderer
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
 from gpuslo.engine.fleet.ownership import Ownership, assign, weights
 from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, StoreAbandoned, store_batches
@@ -68,6 +69,7 @@ class Worker:
         self._notify = Notifier(alerts, settings.public_url)  # the outbox rows, as the embedded core writes them
         self.ownership = Ownership(database, fleet.name)
         self.runners: dict[int, PartitionRunner] = {}
+        self._renderer = SummaryRenderer()  # the partitions' (one thread): each summary template compiles once
         self.handled = 0
         self._waited = 0  # rebalances skipped waiting for the loads of the current members (_loads)
 
@@ -170,7 +172,7 @@ class Worker:
     def _claim(self, partition: Partition) -> None:
         runner = PartitionRunner(partition, rulebooks_for(self.rulebooks, partition.space), bus=self._bus,
                                  database=self._database, owner=self._fleet.name, notify=self._notify,
-                                 metrics=self.metrics, settings=self._fleet.partition)
+                                 metrics=self.metrics, settings=self._fleet.partition, renderer=self._renderer)
         try:
             runner.open()
         except GpusloError as exc:
