@@ -3,14 +3,22 @@ is the same JSON; what does not build is never cached and raises parse_event's o
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
+from fleet_support import RULES
 
 from gpuslo.engine.errors import EventError
 from gpuslo.engine.events import parse_event
+from gpuslo.engine.fleet.bus import Bus, Delivered
+from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings
+from gpuslo.engine.fleet.routing import RoutingTable, rulebooks_for
 from gpuslo.engine.fleet.step_events import StepEvents
+from gpuslo.engine.metrics import Metrics
+from gpuslo.engine.rulebook import load_directory
+from gpuslo.engine.store.db import Database
 
 
 def _xid(event_id: str = "e1", **changes: Any) -> dict[str, Any]:
@@ -68,3 +76,23 @@ def test_what_does_not_build_is_never_cached_and_fails_each_time() -> None:
 def test_objects_without_a_text_id_go_to_parse_event(obj: object) -> None:
     with pytest.raises(EventError):
         StepEvents().build(obj)
+
+
+def test_partitions_of_one_step_share_the_event_their_messages_hold() -> None:
+    """An NCCL timeout goes to its host's and its job's partition; a worker owning both builds it once per step,
+    and each partition evaluates it (their memories of ids are their own)."""
+    rulebooks = load_directory(RULES)[0]
+    timeout = parse_event({"id": "t1", "kind": "nccl_timeout", "host": "node-2", "job": "job-9", "rank": 3,
+                           "time": "2026-12-01T10:00:01Z", "attrs": {"op": "ALLREDUCE", "seq": 7,
+                                                                    "timeout_ms": 600000}})
+    partitions = RoutingTable.of(rulebooks, 4).route(timeout)
+    assert sorted(p.space for p in partitions) == ["host", "job"]
+    runners = [PartitionRunner(p, rulebooks_for(rulebooks, p.space), bus=Bus.__new__(Bus),  # never read here
+                               database=Database("sqlite://"), owner="t", notify=lambda *_: None,
+                               metrics=Metrics(), settings=PartitionSettings()) for p in partitions]
+    body = b"[" + orjson.dumps(timeout.to_dict()) + b"]"  # what publish.py writes into each subject's message
+    built = StepEvents()
+    pending = [runner.evaluate([Delivered(1, datetime.now(UTC), body)], built) for runner in runners]
+    events = [p.results[0].events for p in pending if p is not None]
+    assert len(events) == 2 and events[0][0] is events[1][0] and events[0][0] == timeout
+    assert built.reused == 1
