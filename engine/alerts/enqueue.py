@@ -137,8 +137,8 @@ def enqueue_for_change(session: Session, violation: ViolationView, *, config: Al
 
 def add_for_change(session: Session, violation: ViolationView, *, config: AlertsConfig, public_url: str,
                    now: datetime, silenced: SilenceCheck | None = None) -> int:
-    """enqueue_for_change without writing the rows yet (outbox.add): the session's next flush writes them, with
-    those of the batch's other changes, in one INSERT; how many rows it added."""
+    """enqueue_for_change without writing the rows yet (outbox.add): the session's next flush writes them with
+    those the batch's other changes added meanwhile, in one INSERT; how many rows it added."""
     return len(_change_rows(session, violation, config, public_url, now, silenced))
 
 

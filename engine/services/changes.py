@@ -23,8 +23,8 @@ def utcnow() -> datetime:
 
 class Notifier:
     """Adds the outbox rows of a changed violation (view.notify) to the change's transaction; nothing when
-    alerting is off. The rows are written at the session's next flush (at the latest its commit), so those of
-    a batch's changes go in one INSERT; a savepoint's end writes those added within it."""
+    alerting is off. The rows are written at the session's next flush (at the latest its commit), so the rows
+    of a batch's changes go in a few multi-row INSERTs, not one each; a savepoint's end writes those added in it."""
 
     def __init__(self, alerts: AlertsConfig | None, public_url: str):
         self.alerts, self._public_url = alerts, public_url
