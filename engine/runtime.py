@@ -68,10 +68,13 @@ class RuleEvaluator:
 
     def __init__(self, *, lateness_s: float = 60.0, metrics: Metrics | None = None, measure_slos: bool = True,
                  max_ahead_s: float | None = None, isolate_events: bool = False,
-                 wall_clock: Callable[[], float] = time.time, clock: Clock = LIVE):
+                 wall_clock: Callable[[], float] = time.time, clock: Clock = LIVE,
+                 renderer: SummaryRenderer | None = None):
         """`max_ahead_s`: the stream clock never runs ahead of `wall_clock()` by more (the live engine; None for
         backtests and rule tests, whose times are their own). `isolate_events`: an event whose evaluation raises
-        is quarantined in the result instead of failing the batch. `clock`: how `stream_time` runs on."""
+        is quarantined in the result instead of failing the batch. `clock`: how `stream_time` runs on.
+        `renderer`: the summary renderer, shared by evaluators of one thread (a fleet worker's partitions) so
+        that each summary template compiles once; by default the evaluator's own."""
         self._max_ahead_s, self._isolate, self._wall_clock = max_ahead_s, isolate_events, wall_clock
         self._clock = clock
         self._active: tuple[_Unit, ...] = ()
@@ -84,7 +87,7 @@ class RuleEvaluator:
         self._advanced_at = 0.0  # time.monotonic() when the watermark last moved forward
         self._lateness = lateness_s
         self._metrics = metrics or Metrics()
-        self._renderer = SummaryRenderer()
+        self._renderer = renderer or SummaryRenderer()
         self.slo = SloCounter(enabled=measure_slos)  # SLI counting and burn alerts (off for rule tests)
         self._lock = threading.RLock()
 

@@ -2,7 +2,12 @@
 through the transactional outbox (gpuslo.engine.store.outbox)."""
 
 from gpuslo.engine.alerts.delivery import DeliveryPolicy, DeliveryWorker
-from gpuslo.engine.alerts.enqueue import enqueue_for_change, enqueue_for_match, enqueue_for_transition
+from gpuslo.engine.alerts.enqueue import (
+    add_for_change,
+    enqueue_for_change,
+    enqueue_for_match,
+    enqueue_for_transition,
+)
 from gpuslo.engine.alerts.loader import load_alerts_config, load_alerts_text
 from gpuslo.engine.alerts.notification import HttpRequest, Notification, Receiver
 from gpuslo.engine.alerts.routing import AlertsConfig
@@ -16,6 +21,7 @@ __all__ = [
     "HttpRequest",
     "Notification",
     "Receiver",
+    "add_for_change",
     "enqueue_for_change",
     "enqueue_for_match",
     "enqueue_for_transition",

@@ -16,6 +16,7 @@ from gpuslo.engine.alerts.notification import Notification, dedup_key_for, viola
 from gpuslo.engine.alerts.routing import AlertsConfig, Target, inhibited_by, route
 from gpuslo.engine.events import format_time
 from gpuslo.engine.store import outbox, silences
+from gpuslo.engine.store.outbox_models import NotificationRow
 from gpuslo.engine.store.read_models import ViolationView
 
 # Given the session, the violation and now: why it is silenced, or None. Default: the stored silences.
@@ -55,6 +56,11 @@ def enqueue_for_match(session: Session, violation: ViolationView, *, config: Ale
                       silenced: SilenceCheck | None = None) -> list[int]:
     """Outbox rows for a recorded match; `notice` (default: the view's `notify`, the lifecycle's decision) is
     trigger, repeat, or None for nothing to send. Returns the new row ids."""
+    return outbox.ids_of(session, _match_rows(session, violation, config, public_url, now, notice, silenced))
+
+
+def _match_rows(session: Session, violation: ViolationView, config: AlertsConfig, public_url: str, now: datetime,
+                notice: MatchNotice | None, silenced: SilenceCheck | None) -> list[NotificationRow]:
     notice = _match_notice(notice if notice is not None else violation.notify)
     if notice is None:
         return []
@@ -66,16 +72,16 @@ def enqueue_for_match(session: Session, violation: ViolationView, *, config: Ale
     reason = (silenced or silence_reason)(session, violation, now)
     if reason is None and config.inhibit:
         reason = inhibited_by(config.inhibit, subject, outbox.active_violation_fields(session, violation.host))
-    ids = []
+    rows = []
     for target in targets:
         if notice == "repeat" and _recently_sent(session, target, notification, now, suppressed=reason is not None):
             continue
         wait = target.route.group_wait if notice == "trigger" else 0.0
-        ids.append(outbox.enqueue(
+        rows.append(outbox.add(
             session, violation_id=violation.id, receiver=target.receiver, action="trigger",
             dedup_key=notification.dedup_key, payload=notification.to_dict(), now=now,
             not_before=now + timedelta(seconds=wait), suppressed_reason=reason))
-    return ids
+    return rows
 
 
 def _match_notice(notify: str | None) -> MatchNotice | None:
@@ -102,27 +108,42 @@ def enqueue_for_transition(session: Session, violation: ViolationView, action: s
     A resolve skips receivers whose route says `send_resolved: false`; neither is ever silenced: a receiver
     that has an incident open must hear that it closed.
     """
+    return outbox.ids_of(session, _transition_rows(session, violation, action, config, public_url, now))
+
+
+def _transition_rows(session: Session, violation: ViolationView, action: str, config: AlertsConfig,
+                     public_url: str, now: datetime) -> list[NotificationRow]:
     if action not in get_args(TransitionNotice):
         raise ValueError(f"enqueue_for_transition: action {action!r} is not acknowledge or resolve")
     notification = notification_of(violation, action, public_url)
     routes = {t.receiver: t.route for t in route(config, _subject(notification))}
-    ids = []
+    rows = []
     for name in outbox.triggered_receivers(session, notification.dedup_key):
         receiver = config.receivers.get(name)
         if receiver is None or action not in receiver.actions:
             continue
         if action == "resolve" and name in routes and not routes[name].send_resolved:
             continue
-        ids.append(outbox.enqueue(session, violation_id=violation.id, receiver=name, action=action,
-                                  dedup_key=notification.dedup_key, payload=notification.to_dict(), now=now))
-    return ids
+        rows.append(outbox.add(session, violation_id=violation.id, receiver=name, action=action,
+                               dedup_key=notification.dedup_key, payload=notification.to_dict(), now=now))
+    return rows
 
 
 def enqueue_for_change(session: Session, violation: ViolationView, *, config: AlertsConfig, public_url: str,
                        now: datetime, silenced: SilenceCheck | None = None) -> list[int]:
     """Outbox rows for whatever the view's `notify` says (trigger, repeat, acknowledge, resolve or None)."""
+    return outbox.ids_of(session, _change_rows(session, violation, config, public_url, now, silenced))
+
+
+def add_for_change(session: Session, violation: ViolationView, *, config: AlertsConfig, public_url: str,
+                   now: datetime, silenced: SilenceCheck | None = None) -> int:
+    """enqueue_for_change without writing the rows yet (outbox.add): the session's next flush writes them with
+    those the batch's other changes added meanwhile, in one INSERT; how many rows it added."""
+    return len(_change_rows(session, violation, config, public_url, now, silenced))
+
+
+def _change_rows(session: Session, violation: ViolationView, config: AlertsConfig, public_url: str, now: datetime,
+                 silenced: SilenceCheck | None) -> list[NotificationRow]:
     if violation.notify in ("acknowledge", "resolve"):
-        return enqueue_for_transition(session, violation, violation.notify, config=config, public_url=public_url,
-                                      now=now)
-    return enqueue_for_match(session, violation, config=config, public_url=public_url, now=now,
-                             silenced=silenced)
+        return _transition_rows(session, violation, violation.notify, config, public_url, now)
+    return _match_rows(session, violation, config, public_url, now, None, silenced)

@@ -23,10 +23,12 @@ from sqlalchemy.orm import Session
 
 from gpuslo.engine.errors import ConfigError, EventError, GpusloError, TransactionConflict
 from gpuslo.engine.events import Event, parse_event
+from gpuslo.engine.explain import SummaryRenderer
 from gpuslo.engine.fleet import offsets, output, poison, publish, slis
 from gpuslo.engine.fleet.bus import Bus, Delivered, Reader
 from gpuslo.engine.fleet.offsets import Offset
 from gpuslo.engine.fleet.routing import Partition, longest_window
+from gpuslo.engine.fleet.step_events import StepEvents
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook.model import Rulebook
 from gpuslo.engine.runtime import EngineResult, RuleEvaluator
@@ -94,7 +96,8 @@ class PartitionRunner:
     """The evaluator and stream reader of one partition, owned by this worker."""
 
     def __init__(self, partition: Partition, rulebooks: Sequence[Rulebook], *, bus: Bus, database: Database,
-                 owner: str, notify: Notify, metrics: Metrics, settings: PartitionSettings):
+                 owner: str, notify: Notify, metrics: Metrics, settings: PartitionSettings,
+                 renderer: SummaryRenderer | None = None):
         self.partition = partition
         self._rulebooks = tuple(rulebooks)
         self._bus = bus
@@ -103,7 +106,8 @@ class PartitionRunner:
         self._notify = notify
         self._metrics = metrics
         self._settings = settings
-        self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics, isolate_events=True)
+        self.evaluator = RuleEvaluator(lateness_s=settings.lateness_s, metrics=metrics, isolate_events=True,
+                                       renderer=renderer)  # the worker's: a summary compiles once per worker
         self.evaluator.load(self._rulebooks)
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.offset = Offset()
@@ -149,9 +153,11 @@ class PartitionRunner:
             reader.close()
         self.evaluator.tick(self.offset.clock)  # absences stored by the last owner up to its clock: already out
 
-    def _events(self, delivered: Sequence[Delivered]) -> list[Event]:
-        """The events of the messages, in order (publish.decode); what is not a valid event is logged, counted
-        and skipped."""
+    def _events(self, delivered: Sequence[Delivered], built: StepEvents | None = None) -> list[Event]:
+        """The events of the messages, in order (publish.decode), each built by `built` (the worker step's: an
+        event another partition of the step built is reused) or parse_event; what is not a valid event is
+        logged, counted and skipped."""
+        build = parse_event if built is None else built.build
         events = []
         for item in delivered:
             try:
@@ -161,7 +167,7 @@ class PartitionRunner:
                 continue
             for obj in objects:
                 try:
-                    events.append(parse_event(obj))
+                    events.append(build(obj))
                 except EventError as exc:
                     self._bad(item.seq, exc)
         return events
@@ -183,9 +189,10 @@ class PartitionRunner:
             self._recent.popitem(last=False)
         return fresh
 
-    def evaluate(self, delivered: Sequence[Delivered]) -> Pending | None:
-        """Evaluate a batch read from the stream; with nothing read, check absences on the stream's running
-        clock. What to store, with the offset it moves the partition to; None when there is nothing to store."""
+    def evaluate(self, delivered: Sequence[Delivered], built: StepEvents | None = None) -> Pending | None:
+        """Evaluate a batch read from the stream (its events built by `built`, the worker step's, when given);
+        with nothing read, check absences on the stream's running clock. What to store, with the offset it
+        moves the partition to; None when there is nothing to store."""
         if not delivered:
             now = self.evaluator.stream_time(time.monotonic())
             matches = self.evaluator.tick(now) if now is not None else []
@@ -193,7 +200,7 @@ class PartitionRunner:
                 return None
             assert now is not None
             return Pending(self, [EngineResult((), tuple(matches))], self._next(self.offset.seq, now))
-        events = self._fresh(self._events(delivered))
+        events = self._fresh(self._events(delivered, built))
         return Pending(self, [self.evaluator.evaluate_batch(events)],
                        self._next(delivered[-1].seq, self.evaluator.watermark), len(events),
                        self._settings.store_events == "all")

@@ -16,11 +16,13 @@ import orjson
 from gpuslo.engine.alerts import load_alerts_config
 from gpuslo.engine.config import Settings
 from gpuslo.engine.errors import ConfigError, GpusloError
+from gpuslo.engine.explain import SummaryRenderer
 from gpuslo.engine.fleet.bus import Bus, StreamSettings
 from gpuslo.engine.fleet.ownership import Ownership, assign, weights
 from gpuslo.engine.fleet.partition import PartitionRunner, PartitionSettings, StoreAbandoned, store_batches
 from gpuslo.engine.fleet.routing import Partition, RoutingTable, rulebooks_for
 from gpuslo.engine.fleet.slis import burn_rule_ids
+from gpuslo.engine.fleet.step_events import StepEvents
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.rulebook.model import Rulebook
@@ -67,6 +69,7 @@ class Worker:
         self._notify = Notifier(alerts, settings.public_url)  # the outbox rows, as the embedded core writes them
         self.ownership = Ownership(database, fleet.name)
         self.runners: dict[int, PartitionRunner] = {}
+        self._renderer = SummaryRenderer()  # the partitions' (one thread): each summary template compiles once
         self.handled = 0
         self._waited = 0  # rebalances skipped waiting for the loads of the current members (_loads)
 
@@ -102,8 +105,9 @@ class Worker:
         readers = [r.reader for r in runners if r.reader is not None]
         limit = max(1, min(self._fleet.partition.batch, self._fleet.fetch_messages // max(1, len(readers))))
         batches = self._bus.take_all(readers, limit, self._fleet.fetch_timeout_s)
-        pending = [p for p in (runner.evaluate(delivered) for runner, delivered in zip(runners, batches, strict=True))
-                   if p is not None]
+        built = StepEvents()  # an event the step fetched for several partitions is built once
+        pending = [p for p in (runner.evaluate(delivered, built)
+                               for runner, delivered in zip(runners, batches, strict=True)) if p is not None]
         for runner in store_batches(self._database, pending, self._fleet.name, self._notify, self.metrics,
                                     burn_rules=self._burn_rules, stop=self._stop):
             log.warning("worker %s: partition %s was written by another owner; giving it up", self._fleet.name,
@@ -168,7 +172,7 @@ class Worker:
     def _claim(self, partition: Partition) -> None:
         runner = PartitionRunner(partition, rulebooks_for(self.rulebooks, partition.space), bus=self._bus,
                                  database=self._database, owner=self._fleet.name, notify=self._notify,
-                                 metrics=self.metrics, settings=self._fleet.partition)
+                                 metrics=self.metrics, settings=self._fleet.partition, renderer=self._renderer)
         try:
             runner.open()
         except GpusloError as exc:

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from gpuslo.engine.alerts import AlertsConfig, enqueue_for_change
+from gpuslo.engine.alerts import AlertsConfig, add_for_change
 from gpuslo.engine.store import audit
 from gpuslo.engine.store.audit import AuditNote
 from gpuslo.engine.store.db import Database
@@ -22,15 +22,16 @@ def utcnow() -> datetime:
 
 
 class Notifier:
-    """Writes the outbox rows of a changed violation (view.notify) in the change's transaction; nothing when
-    alerting is off."""
+    """Adds the outbox rows of a changed violation (view.notify) to the change's transaction; nothing when
+    alerting is off. The rows are written at the session's next flush (at the latest its commit), so the rows
+    of a batch's changes go in a few multi-row INSERTs, not one each; a savepoint's end writes those added in it."""
 
     def __init__(self, alerts: AlertsConfig | None, public_url: str):
         self.alerts, self._public_url = alerts, public_url
 
     def __call__(self, session: Session, view: ViolationView, at: datetime) -> None:
         if self.alerts is not None:
-            enqueue_for_change(session, view, config=self.alerts, public_url=self._public_url, now=at)
+            add_for_change(session, view, config=self.alerts, public_url=self._public_url, now=at)
 
 
 class Changes:

@@ -74,13 +74,14 @@ def record(session: Session, *, at: datetime, actor: str, action: str, target_ty
            target_id: object = None, before: Mapping[str, Any] | None = None,
            after: Mapping[str, Any] | None = None, source_ip: str | None = None,
            detail: str | None = None) -> None:
-    """Append one audit row in the caller's transaction: it commits or rolls back with the action."""
+    """Append one audit row in the caller's transaction: it commits or rolls back with the action. The row is
+    written at the session's next flush (its next query, its savepoint's end, at the latest its commit), so the
+    resolves of an engine batch go in one INSERT."""
     require_aware(at, "audit.record")
     session.add(AuditRow(at=at, actor=(actor or "anonymous")[:200], action=action[:64], target_type=target_type,
                          target_id=None if target_id is None else str(target_id)[:200],
                          before=_jsonable(before), after=_jsonable(after), source_ip=(source_ip or None),
                          detail=detail[:MAX_DETAIL] if detail else None))
-    session.flush()
 
 
 def _entry(row: AuditRow) -> AuditEntry:

@@ -80,14 +80,32 @@ def enqueue(session: Session, *, violation_id: int, receiver: str, action: str, 
             payload: dict[str, Any], now: datetime, not_before: datetime | None = None,
             suppressed_reason: str | None = None) -> int:
     """Add a notification (pending, or suppressed with its reason) in the caller's transaction; its id."""
+    row = add(session, violation_id=violation_id, receiver=receiver, action=action, dedup_key=dedup_key,
+              payload=payload, now=now, not_before=not_before, suppressed_reason=suppressed_reason)
+    session.flush()
+    return row.id
+
+
+def add(session: Session, *, violation_id: int, receiver: str, action: str, dedup_key: str,
+        payload: dict[str, Any], now: datetime, not_before: datetime | None = None,
+        suppressed_reason: str | None = None) -> NotificationRow:
+    """`enqueue` without writing the row yet: the session's next flush (its next query, its savepoint's end or
+    its commit) writes it, with every other row added meanwhile in one INSERT."""
     row = NotificationRow(
         violation_id=violation_id, receiver=receiver, action=action, dedup_key=dedup_key, payload=payload,
         status="suppressed" if suppressed_reason else "pending", attempts=0,
         next_attempt_at=not_before or now, lease_until=None, created_at=now, delivered_at=None,
         suppressed_reason=suppressed_reason)
     session.add(row)
-    session.flush()
-    return row.id
+    return row
+
+
+@store_operation
+def ids_of(session: Session, rows: Sequence[NotificationRow]) -> list[int]:
+    """The ids of rows `add` made (writing them first)."""
+    if rows:
+        session.flush()
+    return [row.id for row in rows]
 
 
 @store_operation

@@ -3,6 +3,11 @@
 Matcher keys: severity, slo, rule_id, host, gpu, and `labels.<name>`; every matcher must equal the violation's
 value (compared as text). A silence mutes notifications only: violations still open, fold and resolve, and the
 outbox records what was suppressed. The caller owns the transaction.
+
+The unexpired silences are read once per transaction (the first time a notification asks), not once per
+violation: an engine batch notifies dozens. A silence another transaction commits while one runs takes effect
+from that writer's next transaction on, as if it had been created just after; one this transaction creates or
+expires takes effect at once (it reads them again).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ MATCHER_FIELDS = ("severity", "slo", "rule_id", "host", "gpu")
 LABEL_PREFIX = "labels."
 _LABEL_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,100}")
 MAX_MATCHERS = 20
+_UNEXPIRED = "gpuslo.unexpired_silences"  # Session.info key: ((transaction, savepoint), unexpired silences)
 
 
 def check_matchers(matchers: Mapping[str, object]) -> dict[str, str]:
@@ -69,6 +75,7 @@ def create_silence(session: Session, *, matchers: Mapping[str, object], starts_a
                      comment=comment.strip(), created_at=now, expired_at=None, expired_by=None)
     session.add(row)
     session.flush()
+    session.info.pop(_UNEXPIRED, None)
     return silence_view(row)
 
 
@@ -83,6 +90,7 @@ def expire_silence(session: Session, silence_id: int, *, actor: str, now: dateti
         raise InvalidTransition(f"silence {silence_id} already expired (by {row.expired_by})")
     row.expired_at, row.expired_by = now, actor
     session.flush()
+    session.info.pop(_UNEXPIRED, None)
     return silence_view(row)
 
 
@@ -94,6 +102,7 @@ def expire_ended_silences(session: Session, now: datetime) -> int:
         update(SilenceRow).where(SilenceRow.expired_at.is_(None), SilenceRow.ends_at <= now)
         .values(expired_at=SilenceRow.ends_at, expired_by="schedule")
     )
+    session.info.pop(_UNEXPIRED, None)
     return int(getattr(result, "rowcount", 0) or 0)
 
 
@@ -117,8 +126,21 @@ def list_silences(session: Session, *, include_expired: bool = True, limit: int 
 def active_silences_for(session: Session, violation: ViolationView, now: datetime) -> list[SilenceView]:
     """The silences muting `violation` at `now`: started, not ended, not expired, every matcher equal."""
     require_aware(now, "active_silences_for")
-    rows = session.scalars(
-        select(SilenceRow).where(SilenceRow.expired_at.is_(None), SilenceRow.starts_at <= now,
-                                 SilenceRow.ends_at > now).order_by(SilenceRow.id)
-    )
-    return [view for view in map(silence_view, rows) if matches(view.matchers, violation)]
+    return [view for view in _unexpired(session) if view.starts_at <= now < view.ends_at
+            and matches(view.matchers, violation)]
+
+
+def _unexpired(session: Session) -> tuple[SilenceView, ...]:
+    """The silences not expired, by id: read once per transaction (module docstring), and again inside a
+    savepoint (whose rollback may undo a silence it made)."""
+    memo = session.info.get(_UNEXPIRED)
+    if memo is not None and memo[0] == _scope(session):
+        return memo[1]  # type: ignore[no-any-return]
+    views = tuple(map(silence_view, session.scalars(
+        select(SilenceRow).where(SilenceRow.expired_at.is_(None)).order_by(SilenceRow.id))))
+    session.info[_UNEXPIRED] = (_scope(session), views)  # the memo holds them: their ids are never reused
+    return views
+
+
+def _scope(session: Session) -> tuple[object, object]:
+    return session.get_transaction(), session.get_nested_transaction()

@@ -77,3 +77,24 @@ def test_schedule_expires_ended_silences_and_listing_puts_live_ones_first(databa
 def test_bad_silences_are_refused(database, matchers, kwargs, message):
     with pytest.raises(InvalidSilence, match=message):
         _create(database, matchers, **kwargs)
+
+
+def test_silences_are_read_once_per_transaction_and_again_after_it_changes_them(database, violation):
+    first = _create(database, {"host": "node-a"})
+    with database.session(readonly=True) as session:
+        assert [s.id for s in silences.active_silences_for(session, violation, NOW)] == [first.id]
+        committed = _create(database, {"rule_id": violation.rule_id})  # another transaction, meanwhile
+        assert [s.id for s in silences.active_silences_for(session, violation, NOW)] == [first.id]
+    with database.session() as session:  # the next transaction sees it; its own changes count at once
+        assert [s.id for s in silences.active_silences_for(session, violation, NOW)] == [first.id, committed.id]
+        made = silences.create_silence(session, matchers={"host": "node-a"}, starts_at=NOW, ends_at=NOW + HOUR,
+                                       author="bob", comment="more maintenance", now=NOW)
+        silences.expire_silence(session, first.id, actor="bob", now=NOW)
+        assert [s.id for s in silences.active_silences_for(session, violation, NOW)] == [committed.id, made.id]
+        savepoint = session.begin_nested()
+        undone = silences.create_silence(session, matchers={"host": "node-a"}, starts_at=NOW, ends_at=NOW + HOUR,
+                                         author="bob", comment="undone", now=NOW)
+        assert undone.id in [s.id for s in silences.active_silences_for(session, violation, NOW)]
+        savepoint.rollback()
+        assert [s.id for s in silences.active_silences_for(session, violation, NOW)] == [committed.id, made.id]
+        assert silences.active_silences_for(session, violation, NOW + HOUR) == []  # ended: times checked per call
