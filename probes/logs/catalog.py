@@ -148,6 +148,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
                     "unspecified launch failure", "uncorrectable ECC", "legacy stream", "unjoined work",
                     "stream is capturing"),
     "cuda_call_failed": (") failed with error ",),
+    "cudnn_frontend": ("[cudnn_frontend] Error",), "nccl_failure_text": ("NCCL failure :",),
     "loss_became_nonfinite": ("Error: Loss became infinite",),
     "grad_norm_nonfinite": ("in local grad norm", "Unexpected result "),
     "loss_stated_nonfinite": (", stopping training", "NaN loss during", "Invalid loss", "gradients are Nan",

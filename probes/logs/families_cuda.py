@@ -358,6 +358,13 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                                   r"|^\s*Failed to allocate memory for requested buffer of size \d")),
     Family("executor_memory", _c(r"Executor creation failed due to insufficient GPU memory"), _executor_memory),
 )
+def _cudnn_frontend(text: str) -> Found:
+    message = text.split("[cudnn_frontend] Error:", 1)[-1].strip()
+    # the message is the name (as "Capture cuda graph failed: <text>" is): the event schema has no free-text field here
+    return Found("cuda_error", _clean({"api": "cudnn_frontend",
+                                       "error_name": message.split(". For more", 1)[0].rstrip(".")[:200] or None}))
+
+
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("capture_generic", _c(r"CUDA graph capture on the stream has failed|[Ff]ailed to end stream capture"
                                  r"|cudaStreamEndCapture\b.{0,80}\bfailed|stream capture (?:failed|invalidated)"),
@@ -371,4 +378,7 @@ CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
                              r"|operation not permitted when stream is capturing"), _named_status),
     # C++ wrappers: "cudaGraphExecUpdate(...) failed with error the graph update was not performed ..."
     Family("cuda_call_failed", _c(r"\bcu[A-Za-z]\w*\(.*\) failed with error "), _named_status),
+    # TransformerEngine's NVTE_CHECK_CUDNN_FE: "<file>.cu:227 in function operator(): cuDNN Error: [cudnn_frontend]
+    # Error: No execution plans built successfully.." (the frontend's message; no cudnnStatus_t name)
+    Family("cudnn_frontend", _c(r"cuDNN Error: \[cudnn_frontend\] Error: \S"), _cudnn_frontend),
 )

@@ -135,8 +135,10 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return False  # googletest's report of a throw, Rust's panic: they quote the error's text, in a log line
     if _DEFINITION_HEAD.match(head):
         return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
-    if _CJK.search(head) and not _CJK_LEAD_THEN_PASTE.search(head) and not (
-            _CJK_ERROR_LABEL.search(head) and not _CJK.search(tail)):
+    if _CJK_ERROR_LABEL.search(head) and not _CJK.search(tail):
+        return False  # "...$model_dir报错torch.cuda.OutOfMemoryError: ...": what comes before the label is not the
+        # paste's (a command line's words would count as a sentence's), the paste runs to the end of the line
+    if _CJK.search(head) and not _CJK_LEAD_THEN_PASTE.search(head):
         return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
         return True  # a list of error names
