@@ -34,6 +34,9 @@ _CUDA_TEXT = re.compile(
     r"|Cuda failure (?:(?P<ncclnum>\d+) )?'(?P<nccl>[^'\n]+)(?:'|$)"  # a paste may cut the closing quote
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<old>[^\n]+?)(?: at |$)"
     r"|THCudaCheck FAIL[^\n]*?error=(?P<thcode>\d+) : (?P<thtext>[^\n]+)"
+    # Kaldi's CU_SAFE_CALL: 'cudaError_t 4 : "unspecified launch failure" returned from 'cudaMemcpy(...)'' (the
+    # number is the toolkit's of the time, 4 before CUDA 10.1 renumbered it 719: the text names the status)
+    r"|cudaError_t \d+ : \"(?P<kaldi>[^\"\n]+)\" returned from"
     # Gunrock/Warp/old ggml: "CUDA error 700 [file, 12]: ...", "CUDA error 2 at ggml-cuda.cu:359: out of memory"
     r"|CUDA error (?P<num>\d+)(?: \[[^\]]*\]| at [^\s:]+:\d+)?:\s*(?P<numtext>[^\n]+)"
     r"|CUDA failure (?P<ortnum>\d+): (?P<orttext>[^;\n]+)"  # ONNX Runtime: "CUDA failure 906: <text> ; GPU=0 ;"
@@ -76,8 +79,8 @@ _API = re.compile(
     r"|CUDA error: (cu(?:da)?[A-Z]\w*)\(|\b(cu(?:da)?[A-Z]\w*)\([^\n]*\) = \d+ \("
     # tiny-cuda-nn's and other checks: "cudaEventRecord(m_event, m_stream) failed with error <text>"
     r"|\b(cu(?:da)?[A-Z]\w*)\([^\n()]*\) failed with error ", re.MULTILINE)
-_STATED = ("text", "nccl", "old", "thtext", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2", "driver",
-           "init", "initnum", "curesult", "rsnum", "stream", "invnum", "apitext")
+_STATED = ("text", "nccl", "old", "thtext", "kaldi", "numtext", "orttext", "trt", "trttext", "trtllm", "hip", "ct2",
+           "driver", "init", "initnum", "curesult", "rsnum", "stream", "invnum", "apitext")
 
 
 def _api(text: str) -> str | None:
@@ -185,7 +188,8 @@ CUDA_STATUS_FAMILIES: tuple[Family, ...] = (
                              r"|CUresult error\s+result=\d|(?:Cuda|cuBLAS) Error in [\w:]+: \d+ \("
                              r"|Unable to read CUDA capable devices\. Return status: \d"
                              r"|Internal: unable to create (?:CUDA )?stream: \w|Invalid error code \(\d+\)"
-                             r"|CUDA initiali[sz]ation failure with error \d|(?:Runtime|Driver) API error \d+:"),
+                             r"|CUDA initiali[sz]ation failure with error \d|(?:Runtime|Driver) API error \d+:"
+                             r"|cudaError_t \d+ : \""),
            _cuda_or_cublas,
            # ... and GPUMD-style blocks: "CUDA Error:" then "File:", "Line:", "Error code: 700", "Error text: ..."
            complete=_c(r"current\s*device:\s*\d+[^\n]*\n\s*\S|CUDA runtime error in [:\w]+\([^\n]*\): "
@@ -354,6 +358,13 @@ CUDA_FAMILIES_BEFORE: tuple[Family, ...] = (
                                   r"|^\s*Failed to allocate memory for requested buffer of size \d")),
     Family("executor_memory", _c(r"Executor creation failed due to insufficient GPU memory"), _executor_memory),
 )
+def _cudnn_frontend(text: str) -> Found:
+    message = text.split("[cudnn_frontend] Error:", 1)[-1].strip()
+    # the message is the name (as "Capture cuda graph failed: <text>" is): the event schema has no free-text field here
+    return Found("cuda_error", _clean({"api": "cudnn_frontend",
+                                       "error_name": message.split(". For more", 1)[0].rstrip(".")[:200] or None}))
+
+
 CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
     Family("capture_generic", _c(r"CUDA graph capture on the stream has failed|[Ff]ailed to end stream capture"
                                  r"|cudaStreamEndCapture\b.{0,80}\bfailed|stream capture (?:failed|invalidated)"),
@@ -367,4 +378,7 @@ CUDA_FAMILIES_AFTER: tuple[Family, ...] = (
                              r"|operation not permitted when stream is capturing"), _named_status),
     # C++ wrappers: "cudaGraphExecUpdate(...) failed with error the graph update was not performed ..."
     Family("cuda_call_failed", _c(r"\bcu[A-Za-z]\w*\(.*\) failed with error "), _named_status),
+    # TransformerEngine's NVTE_CHECK_CUDNN_FE: "<file>.cu:227 in function operator(): cuDNN Error: [cudnn_frontend]
+    # Error: No execution plans built successfully.." (the frontend's message; no cudnnStatus_t name)
+    Family("cudnn_frontend", _c(r"cuDNN Error: \[cudnn_frontend\] Error: \S"), _cudnn_frontend),
 )

@@ -133,7 +133,10 @@ LOSS_FAMILIES: tuple[Family, ...] = (
     Family("loss_stated_nonfinite", _c(r"Loss is " + _NONFINITE + r", stopping training|NaN loss during training"
                                        r"|Model diverged with loss = NaN"
                                        r"|Batch \d+: Invalid loss, terminating training"
-                                       r"|\w*Error: gradients are Nan/Inf"),
+                                       r"|\w*Error: gradients are Nan/Inf"
+                                       # a training step's own check: 'raise ValueError("loss is nan")' (Lightning
+                                       # modules, ikflow); the exception line, not the source line (prose.py)
+                                       r"|\w*Error: (?:[Tt]he )?[Ll]oss is " + _NONFINITE + r"\s*$"),
            _stated("loss")),
     Family("loss_scale_floor", _c(r"\w*Error: Minimum loss scale reached \(|Current loss scale already at minimum"),
            _loss_scale_floor),

