@@ -289,6 +289,8 @@ def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: S
     convert: list[tuple[str, Convert]] = []
     processors: dict[str, Convert] = dict(compiled._bind_processors)  # type: ignore[arg-type]
     for name, processor in processors.items():
+        if compiled.binds[name].expanding:  # rendered and checked by expanding_statement or driver_select
+            continue
         kind = compiled.binds[name].type
         if isinstance(kind, UTCDateTime):
             for probe in _PROBES:  # the conversion must bind what SQLAlchemy's own processor binds
