@@ -4,9 +4,10 @@ Run: valgrind --tool=callgrind --dump-before=crc32 --callgrind-out-file=OUT.%p .
 bench/record_callgrind.py [--events N] [--batch N] [--database sqlite|postgresql] [--stream mixed|incidents]
 The stream is evaluated by the shipped rulebooks and ingested through the core first; the first batch is recorded
 as a warm-up (statement compilation, caches); then `zlib.crc32` marks the start and the end of the recording of
-all the other batches, so callgrind dumps them as one part: OUT.<pid>.N with the highest N (OUT.<pid>, the
-teardown; OUT.<pid>.1, everything before). Its Ir (`summary:` line) divided by the batches printed is the figure. Only this process is counted (a
-PostgreSQL server's own work is not). To compare builds, run each tree's code (PYTHONPATH) with the same arguments.
+all the other batches, so callgrind dumps them as one part: OUT.<pid>.N with the highest N (OUT.<pid> is the
+teardown, OUT.<pid>.1 everything before). Its Ir (`summary:` line) divided by the batches printed is the figure.
+Only this process is counted (a PostgreSQL server's own work is not). To compare builds, run each tree's code
+(PYTHONPATH) with the same arguments.
 """
 
 from __future__ import annotations
