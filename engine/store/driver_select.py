@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import Select
+from sqlalchemy.sql.expression import SelectBase
 from sqlalchemy.sql.sqltypes import TupleType
 from sqlalchemy.types import TypeEngine
 
@@ -114,7 +114,7 @@ class DriverSelect:
 _SELECTS: dict[tuple[int, str, str], DriverSelect] = {}
 
 
-def driver_select(dialect: Dialect, statement: Select[Any]) -> DriverSelect:
+def driver_select(dialect: Dialect, statement: SelectBase) -> DriverSelect:
     """`statement` compiled for DriverSelect.rows (once per dialect: a module-level constant, cached by
     identity). Refuses a list whose items need bind processing, an IN list it cannot render, or a processed
     parameter driver_sql does not convert."""
@@ -125,7 +125,7 @@ def driver_select(dialect: Dialect, statement: Select[Any]) -> DriverSelect:
     return found
 
 
-def _compile(dialect: Dialect, statement: Select[Any]) -> DriverSelect:
+def _compile(dialect: Dialect, statement: SelectBase) -> DriverSelect:
     if dialect.paramstyle not in ("qmark", "pyformat"):
         raise StoreError(f"driver SQL: expanding lists in paramstyle {dialect.paramstyle!r} are not rendered")
     compiled: SQLCompiler = statement.compile(dialect=dialect)

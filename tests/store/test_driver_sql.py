@@ -78,8 +78,17 @@ class _SqlalchemyStatement:
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
 
+    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.executemany(connection, rows)
+
     def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> Any:
         return connection.execute(self._statement, dict(parameters))
+
+    def rows(self, connection: Connection, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in connection.execute(self._statement, dict(parameters)).all()]
+
+    def mappings(self, connection: Connection, parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [dict(row) for row in connection.execute(self._statement, dict(parameters)).mappings().all()]
 
 
 def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Database, tmp_path: Path,
@@ -105,6 +114,8 @@ def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Data
     monkeypatch.setattr(violations, "driver_statement", sqlalchemy_statement)
     monkeypatch.setattr(evidence, "driver_statement", sqlalchemy_statement)
     monkeypatch.setattr(repository, "expanding_statement", lambda _dialect, statement: _SqlalchemyStatement(statement))
+    for module in (violations, evidence):  # the lookups too (driver_select.py)
+        monkeypatch.setattr(module, "driver_select", lambda _dialect, statement: _SqlalchemyStatement(statement))
     try:
         expected = _snapshot(reference, _run(reference, events, rounds, batched=True))
     finally:

@@ -1,9 +1,10 @@
 """The engine's write of a fixed event stream (bench/engine.py's mixed fleet stream evaluated by the shipped
 rulebooks) stores the same rows through the driver-SQL statements (engine/store/driver_sql.py: the violations'
-multi-row INSERT ... RETURNING, processed_at's expanded IN list; engine/store/driver_select.py: the lookups of
-stored violations and reopens) as through SQLAlchemy's own execution of the same statements, on both
-databases: every violation column, evidence row, history line, outbox-facing view and processed_at; and every
-lookup returns the values SQLAlchemy returns, of the same types."""
+multi-row INSERT ... RETURNING, evidence and history in one INSERT from unnest on PostgreSQL, processed_at's
+expanded IN list; engine/store/driver_select.py: the lookups of stored violations, reopens and evidence) as
+through SQLAlchemy's own execution of the same statements, on both databases: every violation column, evidence
+row, history line, outbox-facing view and processed_at; and every lookup returns the values SQLAlchemy returns,
+of the same types."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class _Sqlalchemy:
     def executemany(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             connection.execute(self._statement, list(rows))
+
+    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.executemany(connection, rows)
 
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
@@ -164,6 +168,7 @@ def test_a_fixed_stream_stores_the_rows_sqlalchemy_execution_stored(database: Da
 
     with monkeypatch.context() as patch:
         patch.setattr(violations, "driver_select", compared)
+        patch.setattr(evidence, "driver_select", compared)
         driven = _snapshot(database, _play(database, events, results))
         whole = _whole_table_lookups(database, answers)
     reference = _emptied(database, tmp_path)
@@ -175,6 +180,7 @@ def test_a_fixed_stream_stores_the_rows_sqlalchemy_execution_stored(database: Da
     monkeypatch.setattr(evidence, "driver_statement", sqlalchemy_statement)
     monkeypatch.setattr(repository, "expanding_statement", sqlalchemy_statement)
     monkeypatch.setattr(violations, "driver_select", sqlalchemy_statement)
+    monkeypatch.setattr(evidence, "driver_select", sqlalchemy_statement)
     try:
         expected = _snapshot(reference, _play(reference, events, results))
     finally:
