@@ -117,17 +117,6 @@ class DriverStatement:
         if rows:
             connection.exec_driver_sql(self.sql, self.parameters(rows))
 
-    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        """An INSERT of one row, for many rows in one statement where the driver's executemany is not one:
-        on PostgreSQL one INSERT ... SELECT FROM unnest (psycopg's executemany sends one per row); on SQLite
-        the executemany (one prepared statement, stepped per row inside sqlite3)."""
-        if not rows:
-            return
-        if self.unnest is None:
-            self.executemany(connection, rows)
-        else:
-            self.unnest.execute(connection, self.parameters(rows))
-
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         """An INSERT ... VALUES (...) RETURNING of one row, for many rows: on SQLite one multi-row VALUES
         statement per `_ROWS_PER_INSERT` rows (what SQLAlchemy's insertmanyvalues sends, without its per-row
@@ -157,13 +146,10 @@ class _Unnest:
     sql: str
     columns: tuple[tuple[str, Convert | None], ...]
 
-    returns: bool = True
-
     def execute(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         arrays = {name: [row[name] for row in rows] if kind is None else [kind(row[name]) for row in rows]
                   for name, kind in self.columns}
-        result = connection.exec_driver_sql(self.sql, arrays)
-        return [tuple(row) for row in result.all()] if self.returns else []
+        return [tuple(row) for row in connection.exec_driver_sql(self.sql, arrays).all()]
 
 
 def _float(value: Any) -> Any:
@@ -175,13 +161,10 @@ def _int(value: Any) -> Any:
 
 
 def _unnest(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> _Unnest | None:
-    """The unnest form of a one-table INSERT of plain columns (RETURNING some of them or none), or None for
-    another statement (one with a SELECT, ON CONFLICT or other clauses after its VALUES included)."""
+    """The unnest form of a one-table INSERT ... RETURNING of plain columns, or None for another statement."""
     table = getattr(statement, "table", None)
     returning = getattr(statement, "_returning", ())
-    if (not isinstance(statement, Insert) or table is None or statement.select is not None
-            or statement._post_values_clause is not None or statement._multi_values  # noqa: SLF001
-            or getattr(statement, "_values", None)):
+    if not isinstance(statement, Insert) or table is None or not returning:
         return None
     names = [column.name for column in returning]
     if any(getattr(column, "table", None) is not table for column in returning):
@@ -193,10 +176,9 @@ def _unnest(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> 
     quote = dialect.identifier_preparer.quote
     columns = ", ".join(quote(key) for key in keys)
     arrays = ", ".join(f"CAST(%({key})s AS {table.c[key].type.compile(dialect)}[])" for key in keys)
-    sql = f"INSERT INTO {quote(table.name)} ({columns}) SELECT * FROM unnest({arrays})"
-    if names:
-        sql += f" RETURNING {', '.join(quote(name) for name in names)}"
-    return _Unnest(sql, tuple(kinds), bool(names))
+    sql = (f"INSERT INTO {quote(table.name)} ({columns}) SELECT * FROM unnest({arrays}) "
+           f"RETURNING {', '.join(quote(name) for name in names)}")
+    return _Unnest(sql, tuple(kinds))
 
 
 _ROWS_PER_INSERT = 100  # rows per multi-row INSERT: ~40 columns each stays far below both drivers' limits

@@ -2,8 +2,8 @@
 
 A violation keeps its first EVIDENCE_KEEP_FIRST evidence events and the latest up to EVIDENCE_LIMIT. The batch
 reads, per violation, what it already holds of the batch's events and, where the batch may pass the limit, the
-positions a trim can reach (driver SQL, driver_select.py); it links and trims in memory and writes the trims with
-one executemany and the links with one statement (driver_sql.py's insert_many).
+positions a trim can reach (driver SQL, driver_select.py); it links and trims in memory and writes with one
+executemany each (driver_sql.py).
 """
 
 from __future__ import annotations
@@ -141,4 +141,4 @@ class Evidence:
             links = [link for link in links if link["violation_id"] not in trimmed
                      or not trimmed[link["violation_id"]][0] < link["position"] < trimmed[link["violation_id"]][1]]
         if links:
-            driver_statement(self._connection.dialect, _LINK, list(links[0])).insert_many(self._connection, links)
+            driver_statement(self._connection.dialect, _LINK, list(links[0])).executemany(self._connection, links)

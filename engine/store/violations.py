@@ -4,11 +4,10 @@ with gpuslo.engine.transitions, write the result with a few Core statements (no 
 The embedded engine, every fleet worker (through engine_output.record_result) and `record_match` all come here.
 One SELECT (FOR UPDATE on PostgreSQL; driver SQL, driver_select.py) reads the pairs' unresolved violations
 and those resolved within the longest flap window (a match may reopen them); the fold runs in memory; new
-violations go in with one INSERT RETURNING, evidence and history with one statement each (an executemany on
-SQLite, an INSERT from unnest on PostgreSQL) and changed violations with one executemany per column set. When a
-concurrent writer opened one of the violations first (the unique index of unresolved violations refuses the
-insert or the reopen), the batch is read and folded again. The statements are built once, so SQLAlchemy finds
-their compiled form by a memoized cache key.
+violations go in with one INSERT RETURNING, and evidence, history and changed violations are written with one
+executemany each. When a concurrent writer opened one of the violations first (the unique index of unresolved
+violations refuses the insert or the reopen), the batch is read and folded again. The statements are built once,
+so SQLAlchemy finds their compiled form by a memoized cache key.
 """
 
 from __future__ import annotations
@@ -292,7 +291,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
             recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]), texts)))
     links.write()
     if history:
-        driver_statement(connection.dialect, _HISTORY, list(history[0])).insert_many(connection, history)
+        driver_statement(connection.dialect, _HISTORY, list(history[0])).executemany(connection, history)
     return recorded
 
 

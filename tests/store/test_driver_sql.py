@@ -78,9 +78,6 @@ class _SqlalchemyStatement:
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
 
-    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        self.executemany(connection, rows)
-
     def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> Any:
         return connection.execute(self._statement, dict(parameters))
 

@@ -1,10 +1,10 @@
 """The engine's write of a fixed event stream (bench/engine.py's mixed fleet stream evaluated by the shipped
 rulebooks) stores the same rows through the driver-SQL statements (engine/store/driver_sql.py: the violations'
-multi-row INSERT ... RETURNING, evidence and history in one INSERT from unnest on PostgreSQL, processed_at's
-expanded IN list; engine/store/driver_select.py: the lookups of stored violations, reopens and evidence) as
-through SQLAlchemy's own execution of the same statements, on both databases: every violation column, evidence
-row, history line, outbox-facing view and processed_at; and every lookup returns the values SQLAlchemy returns,
-of the same types."""
+multi-row INSERT ... RETURNING, the evidence trims and links, processed_at's expanded IN list;
+engine/store/driver_select.py: the lookups of stored violations, reopens and evidence) as through SQLAlchemy's
+own execution of the same statements, on both databases: every violation column, evidence row, history line,
+outbox-facing view and processed_at; and every lookup returns the values SQLAlchemy returns, of the same
+types."""
 
 from __future__ import annotations
 
@@ -41,9 +41,6 @@ class _Sqlalchemy:
     def executemany(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             connection.execute(self._statement, list(rows))
-
-    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        self.executemany(connection, rows)
 
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
