@@ -95,6 +95,7 @@ class DriverStatement:
     order: tuple[str, ...] | None
     convert: tuple[tuple[str, Convert], ...]
     unnest: _Unnest | None = None  # PostgreSQL's form of an INSERT ... RETURNING (insert_returning)
+    recordset: str | None = None  # PostgreSQL's one-statement form of a plain INSERT (insert_many)
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         convert = self.convert
@@ -116,6 +117,32 @@ class DriverStatement:
     def executemany(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             connection.exec_driver_sql(self.sql, self.parameters(rows))
+
+    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """An INSERT of one row, for many rows. PostgreSQL: one INSERT ... SELECT FROM json_populate_recordset
+        of the rows as one JSON text dumped by orjson (psycopg's executemany sends a statement per row, and
+        dumps an array parameter element by element in Python); times converted as for executemany, JSON
+        columns nested as they are (json_text's orjson text, read back equal). Else, or where orjson refuses a
+        row (an integer beyond 64 bits, a non-string key), the executemany."""
+        if not rows:
+            return
+        if self.recordset is not None:
+            convert = [(name, function) for name, function in self.convert if function is not json_text]
+            converted: Sequence[Mapping[str, Any]] = rows
+            if convert:
+                changed = [dict(row) for row in rows]
+                for row in changed:
+                    for name, function in convert:
+                        row[name] = function(row[name])
+                converted = changed
+            try:
+                text = orjson.dumps(converted).decode()
+            except TypeError:  # orjson.JSONEncodeError
+                text = None
+            if text is not None:
+                connection.exec_driver_sql(self.recordset, {"rows": text})
+                return
+        self.executemany(connection, rows)
 
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         """An INSERT ... VALUES (...) RETURNING of one row, for many rows: on SQLite one multi-row VALUES
@@ -313,5 +340,24 @@ def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: S
     order = tuple(compiled.positiontup or ()) if compiled.positional else None
     if order is not None and set(order) - set(keys) - {n for n, b in compiled.binds.items() if b.expanding}:
         raise StoreError(f"driver SQL: the statement takes parameters not given: {sorted(set(order) - set(keys))}")
-    unnest = _unnest(dialect, statement, keys) if dialect.name == "postgresql" else None
-    return DriverStatement(compiled.string, order, tuple(convert), unnest)
+    postgresql = dialect.name == "postgresql"
+    unnest = _unnest(dialect, statement, keys) if postgresql else None
+    recordset = _recordset(dialect, statement, keys) if postgresql else None
+    return DriverStatement(compiled.string, order, tuple(convert), unnest, recordset)
+
+
+def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> str | None:
+    """The json_populate_recordset form of a one-table INSERT of plain columns returning nothing, or None for
+    another statement (RETURNING, a SELECT, ON CONFLICT, given values, a schema, a column keyed apart from its
+    name)."""
+    table = getattr(statement, "table", None)
+    if (not isinstance(statement, Insert) or table is None or getattr(table, "schema", None) is not None
+            or statement._returning or statement.select is not None  # noqa: SLF001
+            or statement._post_values_clause is not None or statement._multi_values  # noqa: SLF001
+            or getattr(statement, "_values", None) or any(key not in table.c or table.c[key].name != key
+                                                          for key in keys)):
+        return None
+    quote = dialect.identifier_preparer.quote
+    columns = ", ".join(quote(key) for key in keys)
+    return (f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} "
+            f"FROM json_populate_recordset(NULL::{quote(table.name)}, %(rows)s::json)")

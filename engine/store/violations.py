@@ -291,7 +291,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
             recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]), texts)))
     links.write()
     if history:
-        driver_statement(connection.dialect, _HISTORY, list(history[0])).executemany(connection, history)
+        driver_statement(connection.dialect, _HISTORY, list(history[0])).insert_many(connection, history)
     return recorded
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 from sqlalchemy.sql.expression import ClauseElement
-from test_batch import _run, _scenario, _snapshot
+from test_batch import NOW, _run, _scenario, _snapshot
 
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.store import Database, driver_sql, evidence, repository, violations
@@ -75,6 +75,9 @@ class _SqlalchemyStatement:
         if rows:
             connection.execute(self._statement, list(rows))
 
+    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.executemany(connection, rows)
+
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
 
@@ -120,3 +123,36 @@ def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Data
             reference.dispose()
     assert driven["violations"] and driven["evidence"] and driven["history"]
     assert driven == expected
+
+
+def test_history_lines_in_one_statement_read_back_as_sqlalchemy_execution_stored(database: Database, make_event,
+                                                                                   make_match) -> None:
+    """insert_many (PostgreSQL: one INSERT from json_populate_recordset; SQLite: the executemany) stores what
+    SQLAlchemy's execution stores: nested JSON with floats, unicode and nulls, times of another zone, NULL
+    columns; a detail orjson refuses (an integer beyond 64 bits) goes by the executemany instead."""
+    from sqlalchemy import select
+
+    from gpuslo.engine.store.models import HistoryRow
+
+    events = [make_event(id=f"h{i}") for i in range(2)]
+    at = datetime(2026, 6, 30, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    details = [{"seen_at": "2026-12-02T08:09:10Z", "ratio": 0.1 + 0.2, "text": "é ✓ \"quoted\"\n",
+                "nested": {"list": [1, None, True, 2.5e-300]}, "none": None}, {"big": 2**70}, {}]
+    with database.session() as session:
+        repository.store_events(session, events, now=NOW)
+        violation_id = violations.record_match(session, make_match(events), now=NOW).id
+        connection = session.connection()
+        rows = [{"violation_id": violation_id, "at": at, "action": "commented", "actor": "me", "detail": detail,
+                 "status_before": None, "status_after": "open", "source": None, "comment": f"c{i}"}
+                for i, detail in enumerate(details)]
+        statement = driver_sql.driver_statement(connection.dialect, violations._HISTORY, list(rows[0]))
+        assert (statement.recordset is not None) == (connection.dialect.name == "postgresql")
+        statement.insert_many(connection, rows[:1] + rows[2:])
+        statement.insert_many(connection, rows[1:2])  # orjson refuses 2**70: the executemany
+        connection.execute(violations._HISTORY, [{**row, "comment": f"reference {row['comment']}"} for row in rows])
+        stored = {row.comment: (row.at, row.detail, row.status_before, row.source, row.actor)
+                  for row in session.scalars(select(HistoryRow).where(HistoryRow.action == "commented"))}
+    assert len(stored) == 6
+    for i in range(3):
+        assert stored[f"c{i}"] == stored[f"reference c{i}"]
+        assert repr(stored[f"c{i}"][1]) == repr(details[i])

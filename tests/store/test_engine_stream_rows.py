@@ -42,6 +42,9 @@ class _Sqlalchemy:
         if rows:
             connection.execute(self._statement, list(rows))
 
+    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.executemany(connection, rows)
+
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
 
