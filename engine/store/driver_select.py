@@ -43,6 +43,7 @@ class DriverSelect:
     names: tuple[str, ...]
     types: tuple[TypeEngine[Any], ...]
     dialect: Dialect
+    # the result processors by the cursor's type codes, found at the first execution (as SQLAlchemy finds them)
     _processors: dict[tuple[Any, ...], Processors] = field(default_factory=dict, compare=False, repr=False)
 
     def rows(self, connection: Connection, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:

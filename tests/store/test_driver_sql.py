@@ -156,3 +156,30 @@ def test_history_lines_in_one_statement_read_back_as_sqlalchemy_execution_stored
     for i in range(3):
         assert stored[f"c{i}"] == stored[f"reference c{i}"]
         assert repr(stored[f"c{i}"][1]) == repr(details[i])
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), psycopg.dialect()], ids=["sqlite", "postgresql"])
+def test_driver_select_refuses_what_it_cannot_render(dialect: Any) -> None:
+    """A NOT IN list, a list whose items need bind processing (times) and an empty list are refused, with the
+    list's name; a tuple list renders as SQLAlchemy's VALUES on SQLite and as an unnest on PostgreSQL."""
+    from sqlalchemy import bindparam, select, tuple_
+
+    from gpuslo.engine.store.driver_select import driver_select
+    from gpuslo.engine.store.models import ViolationRow
+
+    v = ViolationRow.__table__.c
+    with pytest.raises(StoreError, match="'rules' is not one IN list"):
+        driver_select(dialect, select(v.id).where(v.rule_id.not_in(bindparam("rules", expanding=True))))
+    with pytest.raises(StoreError, match="'times' needs bind processing"):
+        driver_select(dialect, select(v.id).where(v.first_seen.in_(bindparam("times", expanding=True))))
+    pairs = driver_select(dialect, select(v.id).where(
+        tuple_(v.rule_id, v.group_key).in_(bindparam("pairs", expanding=True))))
+    with pytest.raises(StoreError, match="the list 'pairs' is empty"):
+        pairs.rows(None, {"pairs": []})  # type: ignore[arg-type]  # refused before any connection is used
+    sql, bound = pairs._bound({"pairs": [("r", "k1"), ("r", "k2")]})
+    if dialect.name == "sqlite":
+        assert "IN (VALUES (?, ?), (?, ?))" in sql and bound == ("r", "k1", "r", "k2")
+    else:
+        arrays = "CAST(%(pairs_0)s AS VARCHAR(200)[]), CAST(%(pairs_1)s AS VARCHAR(512)[])"
+        assert f"IN (SELECT * FROM unnest({arrays}))" in sql
+        assert bound == {"pairs_0": ["r", "r"], "pairs_1": ["k1", "k2"]}
