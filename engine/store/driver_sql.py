@@ -20,9 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer
+from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer, Update
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BinaryExpression, BindParameter
 from sqlalchemy.sql.expression import ClauseElement
 
 from gpuslo.engine.errors import StoreError
@@ -95,7 +97,7 @@ class DriverStatement:
     order: tuple[str, ...] | None
     convert: tuple[tuple[str, Convert], ...]
     unnest: _Unnest | None = None  # PostgreSQL's form of an INSERT ... RETURNING (insert_returning)
-    recordset: str | None = None  # PostgreSQL's one-statement form of a plain INSERT (insert_many)
+    recordset: _Recordset | None = None  # PostgreSQL's one-statement form of a plain INSERT or UPDATE (write_rows)
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         convert = self.convert
@@ -118,29 +120,26 @@ class DriverStatement:
         if rows:
             connection.exec_driver_sql(self.sql, self.parameters(rows))
 
-    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        """An INSERT of one row, for many rows. PostgreSQL: one INSERT ... SELECT FROM json_populate_recordset
+    def write_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """An INSERT or UPDATE of one row, for many rows. PostgreSQL: one statement over json_populate_recordset
         of the rows as one JSON text dumped by orjson (psycopg's executemany sends a statement per row, and
         dumps an array parameter element by element in Python); times converted as for executemany, JSON
         columns nested as they are (json_text's orjson text, read back equal). Else, or where orjson refuses a
-        row (an integer beyond 64 bits, a non-string key), the executemany."""
+        row (an integer beyond 64 bits, a non-string key) or an UPDATE's rows repeat a key, the executemany."""
         if not rows:
             return
-        if self.recordset is not None:
-            convert = [(name, function) for name, function in self.convert if function is not json_text]
-            converted: Sequence[Mapping[str, Any]] = rows
-            if convert:
-                changed = [dict(row) for row in rows]
-                for row in changed:
-                    for name, function in convert:
-                        row[name] = function(row[name])
-                converted = changed
+        found = self.recordset
+        if found is not None and (found.key is None or len({row[found.key] for row in rows}) == len(rows)):
+            convert = dict((name, function) for name, function in self.convert if function is not json_text)
+            steps = [(name, column, convert.get(name)) for name, column in found.names]
+            converted = [{column: row[name] if function is None else function(row[name])
+                          for name, column, function in steps} for row in rows]
             try:
                 text = orjson.dumps(converted).decode()
             except TypeError:  # orjson.JSONEncodeError
                 text = None
             if text is not None:
-                connection.exec_driver_sql(self.recordset, {"rows": text})
+                connection.exec_driver_sql(found.sql, {"rows": text})
                 return
         self.executemany(connection, rows)
 
@@ -346,18 +345,44 @@ def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: S
     return DriverStatement(compiled.string, order, tuple(convert), unnest, recordset)
 
 
-def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> str | None:
-    """The json_populate_recordset form of a one-table INSERT of plain columns returning nothing, or None for
-    another statement (RETURNING, a SELECT, ON CONFLICT, given values, a schema, a column keyed apart from its
-    name)."""
-    table = getattr(statement, "table", None)
-    if (not isinstance(statement, Insert) or table is None or getattr(table, "schema", None) is not None
-            or statement._returning or statement.select is not None  # noqa: SLF001
-            or statement._post_values_clause is not None or statement._multi_values  # noqa: SLF001
-            or getattr(statement, "_values", None) or any(key not in table.c or table.c[key].name != key
-                                                          for key in keys)):
+@dataclass(frozen=True)
+class _Recordset:
+    """PostgreSQL: a statement over json_populate_recordset(NULL::table, rows as JSON); `names`: each parameter
+    and the column its JSON key names; `key`: an UPDATE's parameter of the row to change (None: an INSERT)."""
+
+    sql: str
+    names: tuple[tuple[str, str], ...]
+    key: str | None = None
+
+
+def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> _Recordset | None:
+    """The json_populate_recordset form of a one-table INSERT of plain columns, or of an UPDATE of plain columns
+    WHERE <column> = <parameter>, returning nothing; None for another statement (RETURNING, a SELECT, ON
+    CONFLICT, given values, a schema, a column keyed apart from its name, another WHERE)."""
+    table: Any = getattr(statement, "table", None)
+    if (not isinstance(statement, Insert | Update) or table is None or getattr(table, "schema", None) is not None
+            or statement._returning or getattr(statement, "_values", None)):  # noqa: SLF001
         return None
     quote = dialect.identifier_preparer.quote
-    columns = ", ".join(quote(key) for key in keys)
-    return (f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} "
-            f"FROM json_populate_recordset(NULL::{quote(table.name)}, %(rows)s::json)")
+    source = f"json_populate_recordset(NULL::{quote(table.name)}, %(rows)s::json)"
+    if isinstance(statement, Insert):
+        if (statement.select is not None or statement._post_values_clause is not None  # noqa: SLF001
+                or statement._multi_values  # noqa: SLF001
+                or any(key not in table.c or table.c[key].name != key for key in keys)):
+            return None
+        columns = ", ".join(quote(key) for key in keys)
+        return _Recordset(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {source}",
+                          tuple((key, key) for key in keys))
+    where = statement.whereclause
+    if not (isinstance(where, BinaryExpression) and where.operator is operators.eq
+            and isinstance(where.right, BindParameter) and table.c.contains_column(where.left)):
+        return None
+    match, column = where.right.key, table.c[where.left.key].name
+    changed = [key for key in keys if key != match]
+    if match not in keys or column in changed or any(key not in table.c or table.c[key].name != key
+                                                      for key in changed):
+        return None
+    name = quote(table.name)
+    sets = ", ".join(f"{quote(key)} = r.{quote(key)}" for key in changed)
+    return _Recordset(f"UPDATE {name} SET {sets} FROM {source} AS r WHERE {name}.{quote(column)} = "
+                      f"r.{quote(column)}", ((match, column), *((key, key) for key in changed)), match)

@@ -141,4 +141,4 @@ class Evidence:
             links = [link for link in links if link["violation_id"] not in trimmed
                      or not trimmed[link["violation_id"]][0] < link["position"] < trimmed[link["violation_id"]][1]]
         if links:
-            driver_statement(self._connection.dialect, _LINK, list(links[0])).insert_many(self._connection, links)
+            driver_statement(self._connection.dialect, _LINK, list(links[0])).write_rows(self._connection, links)

@@ -252,7 +252,7 @@ def _write_violations(connection: Connection, fold: _Fold, texts: dict[int, dict
         state = fold.final[pair]
         changed.setdefault(state.latest is not None, []).append({"row_id": row, **_columns(state, texts)})
     for parameters in changed.values():  # one executemany per column set, as driver SQL (driver_sql.py)
-        driver_statement(connection.dialect, _CHANGE, list(parameters[0])).executemany(connection, parameters)
+        driver_statement(connection.dialect, _CHANGE, list(parameters[0])).write_rows(connection, parameters)
     new = [{"rule_id": pair[0], "group_key": pair[1], "group": dict(fold.final[pair].group),
             "created_at": fold.final[pair].created_at, **_columns(fold.final[pair], texts)}
            for pair, row in fold.rows.items() if row is None]
@@ -291,7 +291,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
             recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]), texts)))
     links.write()
     if history:
-        driver_statement(connection.dialect, _HISTORY, list(history[0])).insert_many(connection, history)
+        driver_statement(connection.dialect, _HISTORY, list(history[0])).write_rows(connection, history)
     return recorded
 
 

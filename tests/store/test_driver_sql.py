@@ -75,7 +75,7 @@ class _SqlalchemyStatement:
         if rows:
             connection.execute(self._statement, list(rows))
 
-    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    def write_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         self.executemany(connection, rows)
 
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
@@ -127,7 +127,7 @@ def test_the_engine_writes_store_what_sqlalchemy_execution_stored(database: Data
 
 def test_history_lines_in_one_statement_read_back_as_sqlalchemy_execution_stored(database: Database, make_event,
                                                                                    make_match) -> None:
-    """insert_many (PostgreSQL: one INSERT from json_populate_recordset; SQLite: the executemany) stores what
+    """write_rows (PostgreSQL: one INSERT from json_populate_recordset; SQLite: the executemany) stores what
     SQLAlchemy's execution stores: nested JSON with floats, unicode and nulls, times of another zone, NULL
     columns; a detail orjson refuses (an integer beyond 64 bits) goes by the executemany instead."""
     from sqlalchemy import select
@@ -147,8 +147,8 @@ def test_history_lines_in_one_statement_read_back_as_sqlalchemy_execution_stored
                 for i, detail in enumerate(details)]
         statement = driver_sql.driver_statement(connection.dialect, violations._HISTORY, list(rows[0]))
         assert (statement.recordset is not None) == (connection.dialect.name == "postgresql")
-        statement.insert_many(connection, rows[:1] + rows[2:])
-        statement.insert_many(connection, rows[1:2])  # orjson refuses 2**70: the executemany
+        statement.write_rows(connection, rows[:1] + rows[2:])
+        statement.write_rows(connection, rows[1:2])  # orjson refuses 2**70: the executemany
         connection.execute(violations._HISTORY, [{**row, "comment": f"reference {row['comment']}"} for row in rows])
         stored = {row.comment: (row.at, row.detail, row.status_before, row.source, row.actor)
                   for row in session.scalars(select(HistoryRow).where(HistoryRow.action == "commented"))}
@@ -183,3 +183,26 @@ def test_driver_select_refuses_what_it_cannot_render(dialect: Any) -> None:
         arrays = "CAST(%(pairs_0)s AS VARCHAR(200)[]), CAST(%(pairs_1)s AS VARCHAR(512)[])"
         assert f"IN (SELECT * FROM unnest({arrays}))" in sql
         assert bound == {"pairs_0": ["r", "r"], "pairs_1": ["k1", "k2"]}
+
+
+def test_an_update_of_many_rows_keeps_the_executemany_order(database: Database, make_event, make_match) -> None:
+    """write_rows of the violations' UPDATE (PostgreSQL: one UPDATE ... FROM json_populate_recordset) changes each
+    row as the executemany does, JSON and flags included; rows that repeat a violation go by the executemany, so
+    the last one wins as it did."""
+    from sqlalchemy import select
+
+    from gpuslo.engine.store.models import ViolationRow
+
+    with database.session() as session:
+        repository.store_events(session, [make_event(id="u0"), make_event(id="u1")], now=NOW)
+        ids = [violations.record_match(session, make_match([make_event(id=f"u{i}")], group_key=f"g{i}"),
+                                       now=NOW).id for i in range(2)]
+        connection = session.connection()
+        rows = [{"row_id": ids[0], "summary": "first", "flapping": True, "labels": {"a": [1.5, None]}},
+                {"row_id": ids[1], "summary": "other", "flapping": False, "labels": {}}]
+        statement = driver_sql.driver_statement(connection.dialect, violations._CHANGE, list(rows[0]))
+        statement.write_rows(connection, rows)
+        statement.write_rows(connection, [{**rows[0], "summary": "second"}, {**rows[0], "summary": "third"}])
+        stored = {row.id: (row.summary, row.flapping, row.labels)
+                  for row in session.scalars(select(ViolationRow).where(ViolationRow.id.in_(ids)))}
+    assert stored == {ids[0]: ("third", True, {"a": [1.5, None]}), ids[1]: ("other", False, {})}

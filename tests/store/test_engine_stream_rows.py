@@ -42,7 +42,7 @@ class _Sqlalchemy:
         if rows:
             connection.execute(self._statement, list(rows))
 
-    def insert_many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    def write_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         self.executemany(connection, rows)
 
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
