@@ -2,8 +2,8 @@
 
 A violation keeps its first EVIDENCE_KEEP_FIRST evidence events and the latest up to EVIDENCE_LIMIT. The batch
 reads, per violation, what it already holds of the batch's events and, where the batch may pass the limit, the
-positions a trim can reach (driver SQL, driver_select.py); it links and trims in memory and writes with one
-executemany each (driver_sql.py).
+positions a trim can reach (driver SQL, driver_select.py); it links and trims in memory and writes the trims
+with one executemany and the links with one statement (driver_sql.py's write_rows).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The embedded engine, every fleet worker (through engine_output.record_result) an
 One SELECT (FOR UPDATE on PostgreSQL; driver SQL, driver_select.py) reads the pairs' unresolved violations
 and those resolved within the longest flap window (a match may reopen them); the fold runs in memory; new
 violations go in with one INSERT RETURNING, and evidence, history and changed violations are written with one
-executemany each. When a concurrent writer opened one of the violations first (the unique index of unresolved
+statement each (driver_sql's write_rows: an executemany on SQLite, one statement over json_populate_recordset
+on PostgreSQL). When a concurrent writer opened one of the violations first (the unique index of unresolved
 violations refuses the insert or the reopen), the batch is read and folded again. The statements are built once,
 so SQLAlchemy finds their compiled form by a memoized cache key.
 """

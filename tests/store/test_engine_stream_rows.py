@@ -1,10 +1,10 @@
 """The engine's write of a fixed event stream (bench/engine.py's mixed fleet stream evaluated by the shipped
 rulebooks) stores the same rows through the driver-SQL statements (engine/store/driver_sql.py: the violations'
-multi-row INSERT ... RETURNING, the evidence trims and links, processed_at's expanded IN list;
-engine/store/driver_select.py: the lookups of stored violations, reopens and evidence) as through SQLAlchemy's
-own execution of the same statements, on both databases: every violation column, evidence row, history line,
-outbox-facing view and processed_at; and every lookup returns the values SQLAlchemy returns, of the same
-types."""
+multi-row INSERT ... RETURNING, the updates, evidence trims and links and history lines (json_populate_recordset
+on PostgreSQL), processed_at's expanded IN list; engine/store/driver_select.py: the lookups of stored violations,
+reopens and evidence) as through SQLAlchemy's own execution of the same statements, on both databases: every
+violation column, evidence row, history line, outbox-facing view and processed_at; and every lookup returns the
+values SQLAlchemy returns, of the same types."""
 
 from __future__ import annotations
 
