@@ -20,9 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer
+from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer, Update
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BinaryExpression, BindParameter
 from sqlalchemy.sql.expression import ClauseElement
 
 from gpuslo.engine.errors import StoreError
@@ -95,6 +97,7 @@ class DriverStatement:
     order: tuple[str, ...] | None
     convert: tuple[tuple[str, Convert], ...]
     unnest: _Unnest | None = None  # PostgreSQL's form of an INSERT ... RETURNING (insert_returning)
+    recordset: _Recordset | None = None  # PostgreSQL's one-statement form of a plain INSERT or UPDATE (write_rows)
 
     def parameters(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
         convert = self.convert
@@ -116,6 +119,29 @@ class DriverStatement:
     def executemany(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             connection.exec_driver_sql(self.sql, self.parameters(rows))
+
+    def write_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """An INSERT or UPDATE of one row, for many rows. PostgreSQL: one statement over json_populate_recordset
+        of the rows as one JSON text dumped by orjson (psycopg's executemany sends a statement per row, and
+        dumps an array parameter element by element in Python); times converted as for executemany, JSON
+        columns nested as they are (json_text's orjson text, read back equal). Else, or where orjson refuses a
+        row (an integer beyond 64 bits, a non-string key) or an UPDATE's rows repeat a key, the executemany."""
+        if not rows:
+            return
+        found = self.recordset
+        if found is not None and (found.key is None or len({row[found.key] for row in rows}) == len(rows)):
+            convert = dict((name, function) for name, function in self.convert if function is not json_text)
+            steps = [(name, column, convert.get(name)) for name, column in found.names]
+            converted = [{column: row[name] if function is None else function(row[name])
+                          for name, column, function in steps} for row in rows]
+            try:
+                text = orjson.dumps(converted).decode()
+            except TypeError:  # orjson.JSONEncodeError
+                text = None
+            if text is not None:
+                connection.exec_driver_sql(found.sql, {"rows": text})
+                return
+        self.executemany(connection, rows)
 
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         """An INSERT ... VALUES (...) RETURNING of one row, for many rows: on SQLite one multi-row VALUES
@@ -289,6 +315,8 @@ def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: S
     convert: list[tuple[str, Convert]] = []
     processors: dict[str, Convert] = dict(compiled._bind_processors)  # type: ignore[arg-type]
     for name, processor in processors.items():
+        if compiled.binds[name].expanding:  # rendered and checked by expanding_statement or driver_select
+            continue
         kind = compiled.binds[name].type
         if isinstance(kind, UTCDateTime):
             for probe in _PROBES:  # the conversion must bind what SQLAlchemy's own processor binds
@@ -311,5 +339,50 @@ def compile_driver_statement(dialect: Dialect, statement: ClauseElement, keys: S
     order = tuple(compiled.positiontup or ()) if compiled.positional else None
     if order is not None and set(order) - set(keys) - {n for n, b in compiled.binds.items() if b.expanding}:
         raise StoreError(f"driver SQL: the statement takes parameters not given: {sorted(set(order) - set(keys))}")
-    unnest = _unnest(dialect, statement, keys) if dialect.name == "postgresql" else None
-    return DriverStatement(compiled.string, order, tuple(convert), unnest)
+    postgresql = dialect.name == "postgresql"
+    unnest = _unnest(dialect, statement, keys) if postgresql else None
+    recordset = _recordset(dialect, statement, keys) if postgresql else None
+    return DriverStatement(compiled.string, order, tuple(convert), unnest, recordset)
+
+
+@dataclass(frozen=True)
+class _Recordset:
+    """PostgreSQL: a statement over json_populate_recordset(NULL::table, rows as JSON); `names`: each parameter
+    and the column its JSON key names; `key`: an UPDATE's parameter of the row to change (None: an INSERT)."""
+
+    sql: str
+    names: tuple[tuple[str, str], ...]
+    key: str | None = None
+
+
+def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> _Recordset | None:
+    """The json_populate_recordset form of a one-table INSERT of plain columns, or of an UPDATE of plain columns
+    WHERE <column> = <parameter>, returning nothing; None for another statement (RETURNING, a SELECT, ON
+    CONFLICT, given values, a schema, a column keyed apart from its name, another WHERE)."""
+    table: Any = getattr(statement, "table", None)
+    if (not isinstance(statement, Insert | Update) or table is None or getattr(table, "schema", None) is not None
+            or statement._returning or getattr(statement, "_values", None)):  # noqa: SLF001
+        return None
+    quote = dialect.identifier_preparer.quote
+    source = f"json_populate_recordset(NULL::{quote(table.name)}, %(rows)s::json)"
+    if isinstance(statement, Insert):
+        if (statement.select is not None or statement._post_values_clause is not None  # noqa: SLF001
+                or statement._multi_values  # noqa: SLF001
+                or any(key not in table.c or table.c[key].name != key for key in keys)):
+            return None
+        columns = ", ".join(quote(key) for key in keys)
+        return _Recordset(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {source}",
+                          tuple((key, key) for key in keys))
+    where = statement.whereclause
+    if not (isinstance(where, BinaryExpression) and where.operator is operators.eq
+            and isinstance(where.right, BindParameter) and table.c.contains_column(where.left)):
+        return None
+    match, column = where.right.key, table.c[where.left.key].name
+    changed = [key for key in keys if key != match]
+    if match not in keys or column in changed or any(key not in table.c or table.c[key].name != key
+                                                      for key in changed):
+        return None
+    name = quote(table.name)
+    sets = ", ".join(f"{quote(key)} = r.{quote(key)}" for key in changed)
+    return _Recordset(f"UPDATE {name} SET {sets} FROM {source} AS r WHERE {name}.{quote(column)} = "
+                      f"r.{quote(column)}", ((match, column), *((key, key) for key in changed)), match)

@@ -2,7 +2,8 @@
 
 A violation keeps its first EVIDENCE_KEEP_FIRST evidence events and the latest up to EVIDENCE_LIMIT. The batch
 reads, per violation, what it already holds of the batch's events and, where the batch may pass the limit, the
-positions a trim can reach; it links and trims in memory and writes with one executemany each.
+positions a trim can reach (driver SQL, driver_select.py); it links and trims in memory and writes the trims
+with one executemany and the links with one statement (driver_sql.py's write_rows).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import CompoundSelect, Connection, bindparam, delete, func, insert, select, union_all
 
 from gpuslo.engine.errors import StoreError
+from gpuslo.engine.store.driver_select import driver_select
 from gpuslo.engine.store.driver_sql import driver_statement
 from gpuslo.engine.store.models import EVIDENCE_KEEP_FIRST, EVIDENCE_LIMIT, EvidenceRow
 from gpuslo.engine.store.rows import chunks
@@ -76,12 +78,13 @@ class Evidence:
         self._held = {pair: _Held(ids[pair]) for pair in wanted}
         existing = {held.violation_id: held for pair, held in self._held.items() if pair not in opened}
         events = list(dict.fromkeys(i for pair in wanted if pair not in opened for i in wanted[pair]))
+        dialect = connection.dialect
         for chunk in chunks(list(existing), _CHUNK):
-            for violation_id, position, count in connection.execute(_STATS, {"ids": chunk}).all():
+            for violation_id, position, count in driver_select(dialect, _STATS).rows(connection, {"ids": chunk}):
                 existing[violation_id].position, existing[violation_id].count = position or 0, count
             for events_chunk in chunks(events, _CHUNK):
-                for violation_id, event_id, position in connection.execute(
-                        _LINKED, {"ids": chunk, "events": events_chunk}).all():
+                for violation_id, event_id, position in driver_select(dialect, _LINKED).rows(
+                        connection, {"ids": chunk, "events": events_chunk}):
                     existing[violation_id].linked[event_id] = position
         crowded: dict[int, list[int | None]] = {
             held.violation_id: [] for pair, held in self._held.items()
@@ -95,7 +98,8 @@ class Evidence:
             parameters = {f"{name}{i}": value for i, violation_id in enumerate(chunk)
                           for name, value in (("id", violation_id), ("upto", upto[violation_id]))}
             lowest: dict[int, list[int]] = {violation_id: [] for violation_id in chunk}
-            for violation_id, position in connection.execute(_lowest_positions(len(chunk)), parameters).all():
+            for violation_id, position in driver_select(dialect, _lowest_positions(len(chunk))).rows(connection,
+                                                                                                    parameters):
                 lowest[violation_id].append(position)
             for violation_id, read in lowest.items():  # UNION ALL keeps no order between its parts
                 crowded[violation_id].extend(sorted(read))
@@ -131,9 +135,10 @@ class Evidence:
         trimmed = {held.violation_id: held.trimmed for held in self._held.values() if held.trimmed is not None}
         links = self._links
         if trimmed:
-            self._connection.execute(_TRIM, [{"violation": violation_id, "after": after, "before": before}
-                                             for violation_id, (after, before) in trimmed.items()])
+            trims = [{"violation": violation_id, "after": after, "before": before}
+                     for violation_id, (after, before) in trimmed.items()]
+            driver_statement(self._connection.dialect, _TRIM, list(trims[0])).executemany(self._connection, trims)
             links = [link for link in links if link["violation_id"] not in trimmed
                      or not trimmed[link["violation_id"]][0] < link["position"] < trimmed[link["violation_id"]][1]]
         if links:
-            driver_statement(self._connection.dialect, _LINK, list(links[0])).executemany(self._connection, links)
+            driver_statement(self._connection.dialect, _LINK, list(links[0])).write_rows(self._connection, links)

@@ -2,12 +2,13 @@
 with gpuslo.engine.transitions, write the result with a few Core statements (no ORM rows).
 
 The embedded engine, every fleet worker (through engine_output.record_result) and `record_match` all come here.
-One SELECT (FOR UPDATE on PostgreSQL) reads the pairs' unresolved violations and those resolved within the
-longest flap window (a match may reopen them); the fold runs in memory; new violations go in with one INSERT
-RETURNING, and evidence, history and changed violations are written with one executemany each. When a
-concurrent writer opened one of the violations first (the unique index of unresolved violations refuses the
-insert or the reopen), the batch is read and folded again. The statements are built once, so SQLAlchemy finds
-their compiled form by a memoized cache key.
+One SELECT (FOR UPDATE on PostgreSQL; driver SQL, driver_select.py) reads the pairs' unresolved violations
+and those resolved within the longest flap window (a match may reopen them); the fold runs in memory; new
+violations go in with one INSERT RETURNING, and evidence, history and changed violations are written with one
+statement each (driver_sql's write_rows: an executemany on SQLite, one statement over json_populate_recordset
+on PostgreSQL). When a concurrent writer opened one of the violations first (the unique index of unresolved
+violations refuses the insert or the reopen), the batch is read and folded again. The statements are built once,
+so SQLAlchemy finds their compiled form by a memoized cache key.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, Select, bindparam, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuslo.engine import transitions
 from gpuslo.engine.errors import StoreError
 from gpuslo.engine.events import format_time
+from gpuslo.engine.store.driver_select import driver_select
 from gpuslo.engine.store.driver_sql import driver_statement
 from gpuslo.engine.store.event_insert import stored_ids
 from gpuslo.engine.store.evidence import Evidence
@@ -58,20 +60,28 @@ _STATE = ("rulebook", "status", "first_seen", "last_seen", "occurrences", "updat
 _TEXT = ("rule_title", "rulebook_version", "rulebook_hash", "slo", "slo_objective", "severity", "summary",
          "remediation", "runbook", "explanation", "labels", "host", "gpu")
 
-# Unresolved violations of the pairs, and those resolved since `since` (a match may reopen them). The two
-# plain IN lists are what lets SQLite search the (rule_id, group_key) index: for a row-value IN list alone it
-# scanned the whole violations table (EXPLAIN QUERY PLAN; tests/store/test_batch.py checks the plan).
-_CANDIDATES = (select(*(_V[name] for name in _READ))
-               .where(_V.rule_id.in_(bindparam("rules", expanding=True)),
-                      _V.group_key.in_(bindparam("keys", expanding=True)),
-                      tuple_(_V.rule_id, _V.group_key).in_(bindparam("pairs", expanding=True)),
-                      or_(_V.status != "resolved", _V.resolved_at >= bindparam("since")))
-               .order_by(_V.id)
-               # FOR NO KEY UPDATE: serializes writers of these violations as FOR UPDATE would, but not the
-               # foreign-key checks (FOR KEY SHARE) of rows that cite them (slo_causes, evidence). With FOR UPDATE
-               # two fleet workers, each holding violations the other's SLO causes cite, deadlocked. SQLite
-               # ignores it: BEGIN IMMEDIATE already serializes writers there.
-               .with_for_update(key_share=True))
+
+def _candidates(*, plain_lists: bool) -> Select[Any]:
+    """Unresolved violations of the pairs, and those resolved since `since` (a match may reopen them).
+    `plain_lists`: the two plain IN lists beside the pairs' are what lets SQLite search the (rule_id, group_key)
+    index: for a row-value IN list alone it scanned the whole violations table (EXPLAIN QUERY PLAN;
+    tests/store/test_batch.py checks the plan). PostgreSQL takes the pairs alone: the unnest of the pairs then
+    drives a nested loop over that index, where with the plain lists too it searched the index by rule only
+    and filtered the keys (EXPLAIN ANALYZE on 200k violations; docs/notes/h17j.md)."""
+    pair = tuple_(_V.rule_id, _V.group_key).in_(bindparam("pairs", expanding=True))
+    lists = (_V.rule_id.in_(bindparam("rules", expanding=True)),
+             _V.group_key.in_(bindparam("keys", expanding=True))) if plain_lists else ()
+    return (select(*(_V[name] for name in _READ))
+            .where(*lists, pair, or_(_V.status != "resolved", _V.resolved_at >= bindparam("since")))
+            .order_by(_V.id)
+            # FOR NO KEY UPDATE: serializes writers of these violations as FOR UPDATE would, but not the
+            # foreign-key checks (FOR KEY SHARE) of rows that cite them (slo_causes, evidence). With FOR UPDATE
+            # two fleet workers, each holding violations the other's SLO causes cite, deadlocked. SQLite
+            # ignores it: BEGIN IMMEDIATE already serializes writers there.
+            .with_for_update(key_share=True))
+
+
+_CANDIDATES, _CANDIDATES_BY_PAIR = _candidates(plain_lists=True), _candidates(plain_lists=False)
 _REOPENS = select(_H.violation_id, _H.at).where(_H.violation_id.in_(bindparam("ids", expanding=True)),
                                                 _H.action == "reopened", _H.at >= bindparam("since"))
 _STORED_TEXT = select(_V.id, *(_V[name] for name in _TEXT)).where(_V.id.in_(bindparam("ids", expanding=True)))
@@ -185,17 +195,21 @@ def _stored_states(connection: Connection, pairs: Sequence[Pair],
                    since: datetime) -> dict[Pair, tuple[int, ViolationState]]:
     """Each pair's unresolved violation, else its latest one resolved since `since` (with its reopen times)."""
     found: dict[Pair, Mapping[Any, Any]] = {}
+    sqlite = connection.dialect.name == "sqlite"
+    candidates = driver_select(connection.dialect, _CANDIDATES if sqlite else _CANDIDATES_BY_PAIR)
     for chunk in chunks(pairs, _CHUNK):
-        parameters = {"rules": sorted({rule for rule, _ in chunk}), "keys": sorted({key for _, key in chunk}),
-                      "pairs": chunk, "since": since}
-        for row in connection.execute(_CANDIDATES, parameters).mappings().all():
+        parameters: dict[str, Any] = {"pairs": chunk, "since": since}
+        if sqlite:
+            parameters.update(rules=sorted({rule for rule, _ in chunk}), keys=sorted({key for _, key in chunk}))
+        for row in candidates.mappings(connection, parameters):
             pair, held = (row["rule_id"], row["group_key"]), found.get((row["rule_id"], row["group_key"]))
             if held is None or _rank(row) > _rank(held):
                 found[pair] = row
     reopens: dict[int, list[datetime]] = {}
     resolved = [row["id"] for row in found.values() if row["status"] == "resolved"]
     for chunk in chunks(resolved, _CHUNK):
-        for violation_id, at in connection.execute(_REOPENS, {"ids": chunk, "since": since}).all():
+        for violation_id, at in driver_select(connection.dialect, _REOPENS).rows(connection,
+                                                                              {"ids": chunk, "since": since}):
             reopens.setdefault(violation_id, []).append(at)
     return {pair: (row["id"], ViolationState.of(row, reopens.get(row["id"], ()))) for pair, row in found.items()}
 
@@ -239,7 +253,7 @@ def _write_violations(connection: Connection, fold: _Fold, texts: dict[int, dict
         state = fold.final[pair]
         changed.setdefault(state.latest is not None, []).append({"row_id": row, **_columns(state, texts)})
     for parameters in changed.values():  # one executemany per column set, as driver SQL (driver_sql.py)
-        driver_statement(connection.dialect, _CHANGE, list(parameters[0])).executemany(connection, parameters)
+        driver_statement(connection.dialect, _CHANGE, list(parameters[0])).write_rows(connection, parameters)
     new = [{"rule_id": pair[0], "group_key": pair[1], "group": dict(fold.final[pair].group),
             "created_at": fold.final[pair].created_at, **_columns(fold.final[pair], texts)}
            for pair, row in fold.rows.items() if row is None]
@@ -278,7 +292,7 @@ def _write_changes(connection: Connection, items: Sequence[Match | Clear], fold:
             recorded.append(Recorded(item, _view(ids[pair], step, stored_text.get(ids[pair]), texts)))
     links.write()
     if history:
-        driver_statement(connection.dialect, _HISTORY, list(history[0])).executemany(connection, history)
+        driver_statement(connection.dialect, _HISTORY, list(history[0])).write_rows(connection, history)
     return recorded
 
 
@@ -289,7 +303,7 @@ def _stored_text(connection: Connection, fold: _Fold, notifying_only: bool) -> d
               and step.after.latest is None and (step.notify is not None or not notifying_only)]
     found: dict[int, dict[str, Any]] = {}
     for chunk in chunks(list(dict.fromkeys(wanted)), _CHUNK):
-        for row in connection.execute(_STORED_TEXT, {"ids": chunk}).mappings().all():
+        for row in driver_select(connection.dialect, _STORED_TEXT).mappings(connection, {"ids": chunk}):
             found[row["id"]] = {name: row[name] for name in _TEXT}
     return found
 

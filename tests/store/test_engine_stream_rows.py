@@ -1,8 +1,10 @@
 """The engine's write of a fixed event stream (bench/engine.py's mixed fleet stream evaluated by the shipped
 rulebooks) stores the same rows through the driver-SQL statements (engine/store/driver_sql.py: the violations'
-multi-row INSERT ... RETURNING, processed_at's expanded IN list) as through SQLAlchemy's own execution of the same
-statements, on both databases: every violation column, evidence row, history line, outbox-facing view and
-processed_at."""
+multi-row INSERT ... RETURNING, the updates, evidence trims and links and history lines (json_populate_recordset
+on PostgreSQL), processed_at's expanded IN list; engine/store/driver_select.py: the lookups of stored violations,
+reopens and evidence) as through SQLAlchemy's own execution of the same statements, on both databases: every
+violation column, evidence row, history line, outbox-facing view and processed_at; and every lookup returns the
+values SQLAlchemy returns, of the same types."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from sqlalchemy.sql.expression import ClauseElement
 from gpuslo.engine.rulebook import load_directory
 from gpuslo.engine.runtime import RuleEvaluator
 from gpuslo.engine.store import Database, evidence, repository, violations
+from gpuslo.engine.store.driver_select import driver_select
 from gpuslo.engine.store.engine_output import record_result
 from gpuslo.engine.store.models import Base, EventRow, EvidenceRow, HistoryRow, ViolationRow
 from gpuslo.engine.store.read_models import ViolationView
@@ -39,11 +42,45 @@ class _Sqlalchemy:
         if rows:
             connection.execute(self._statement, list(rows))
 
+    def write_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.executemany(connection, rows)
+
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.execute(self._statement, list(rows)).all()]
 
     def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> Any:
         return connection.execute(self._statement, dict(parameters))
+
+    def rows(self, connection: Connection, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in connection.execute(self._statement, dict(parameters)).all()]
+
+    def mappings(self, connection: Connection, parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [dict(row) for row in connection.execute(self._statement, dict(parameters)).mappings().all()]
+
+
+def _typed(rows: Sequence[Any]) -> list[Any]:
+    """Rows with each value's type beside it (True == 1 and a naive time == nothing aware: both must differ)."""
+    def one(value: Any) -> Any:
+        return (type(value).__name__, value, getattr(value, "tzinfo", None))
+    return [{k: one(v) for k, v in row.items()} if isinstance(row, Mapping) else tuple(one(v) for v in row)
+            for row in rows]
+
+
+class _Compared:
+    """The driver-SQL lookup, run beside SQLAlchemy's execution of the same statement; each pair of answers kept."""
+
+    def __init__(self, found: Any, statement: ClauseElement, answers: list[tuple[Any, Any]]):
+        self._found, self._reference, self._answers = found, _Sqlalchemy(statement), answers
+
+    def rows(self, connection: Connection, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        ours = self._found.rows(connection, parameters)
+        self._answers.append((_typed(ours), _typed(self._reference.rows(connection, parameters))))
+        return ours  # type: ignore[no-any-return]
+
+    def mappings(self, connection: Connection, parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
+        ours = self._found.mappings(connection, parameters)
+        self._answers.append((_typed(ours), _typed(self._reference.mappings(connection, parameters))))
+        return ours  # type: ignore[no-any-return]
 
 
 def _stream() -> tuple[list[Any], list[Any]]:
@@ -87,6 +124,26 @@ def _snapshot(database: Database, notified: list[ViolationView]) -> dict[str, An
         }
 
 
+def _whole_table_lookups(database: Database, answers: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    """The stream's lookups again over every stored violation (resolved ones, long ago, included), each compared
+    through `violations.driver_select` as the stream's were; the candidates the driver SQL returned."""
+    with database.session() as session:
+        connection = session.connection()
+        stored = session.execute(select(ViolationRow.id, ViolationRow.rule_id, ViolationRow.group_key)).all()
+        since = datetime(2000, 1, 1, tzinfo=UTC)
+        pairs = [(rule_id, group_key) for _, rule_id, group_key in stored]
+        ids = [violation_id for violation_id, _, _ in stored]
+        lists = {"rules": sorted({r for r, _ in pairs}), "keys": sorted({k for _, k in pairs})}
+        for statement in (violations._CANDIDATES, violations._CANDIDATES_BY_PAIR):  # both run on both databases
+            violations.driver_select(connection.dialect, statement).mappings(
+                connection, {**(lists if statement is violations._CANDIDATES else {}), "pairs": pairs,
+                             "since": since})
+        violations.driver_select(connection.dialect, violations._REOPENS).rows(connection,
+                                                                              {"ids": ids, "since": since})
+        violations.driver_select(connection.dialect, violations._STORED_TEXT).mappings(connection, {"ids": ids})
+    return answers[-4][0]  # type: ignore[no-any-return]
+
+
 def _emptied(database: Database, tmp_path: Path) -> Database:
     """The reference database: the same PostgreSQL database emptied (as the superuser: the audit log's
     append-only triggers off), or a fresh SQLite file."""
@@ -104,7 +161,16 @@ def _emptied(database: Database, tmp_path: Path) -> Database:
 def test_a_fixed_stream_stores_the_rows_sqlalchemy_execution_stored(database: Database, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     events, results = _stream()
-    driven = _snapshot(database, _play(database, events, results))
+    answers: list[tuple[Any, Any]] = []
+
+    def compared(dialect: Any, statement: Any) -> _Compared:
+        return _Compared(driver_select(dialect, statement), statement, answers)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(violations, "driver_select", compared)
+        patch.setattr(evidence, "driver_select", compared)
+        driven = _snapshot(database, _play(database, events, results))
+        whole = _whole_table_lookups(database, answers)
     reference = _emptied(database, tmp_path)
 
     def sqlalchemy_statement(_dialect: Any, statement: ClauseElement, _keys: Sequence[str] = ()) -> _Sqlalchemy:
@@ -113,6 +179,8 @@ def test_a_fixed_stream_stores_the_rows_sqlalchemy_execution_stored(database: Da
     monkeypatch.setattr(violations, "driver_statement", sqlalchemy_statement)
     monkeypatch.setattr(evidence, "driver_statement", sqlalchemy_statement)
     monkeypatch.setattr(repository, "expanding_statement", sqlalchemy_statement)
+    monkeypatch.setattr(violations, "driver_select", sqlalchemy_statement)
+    monkeypatch.setattr(evidence, "driver_select", sqlalchemy_statement)
     try:
         expected = _snapshot(reference, _play(reference, events, results))
     finally:
@@ -123,3 +191,8 @@ def test_a_fixed_stream_stores_the_rows_sqlalchemy_execution_stored(database: Da
     assert {status for v in driven["violations"].values() for status in [v["status"]]} >= {"open", "resolved"}
     assert all(at is not None for _, at in driven["processed"]) and len(driven["processed"]) == len(events)
     assert driven == expected
+    # the lookups answered as SQLAlchemy does: stored violations (resolved ones with times and flags among them)
+    assert len(answers) >= len(results) and any(ours for ours, _ in answers)
+    for ours, reference in answers:
+        assert ours == reference
+    assert {"open", "resolved"} <= {row["status"][1] for row in whole} and len(whole) == len(driven["violations"])
