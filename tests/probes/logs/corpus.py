@@ -35,7 +35,7 @@ REPORTED = (*SPLITS, "heldout2", "heldout-nan", "heldout3", "heldout4", "heldout
             "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "heldout19", "heldout19b",
             "heldout20", "heldout20b", "heldout21", "heldout21b", "heldout22", "heldout22b", "heldout23",
             "heldout23b", "heldout24", "heldout25", "heldout25b", "heldout26", "heldout26b", "heldout27",
-            "heldout27b", "heldout28", "heldout28b", "heldout29")
+            "heldout27b", "heldout28", "heldout28b", "heldout29", "heldout29b")
 READ_TIME = datetime(2025, 3, 1, tzinfo=UTC)
 ENVELOPE = ("gpu", "rank", "pid", "gpu_uuid", "job")
 
