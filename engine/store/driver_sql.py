@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer, Update
+from sqlalchemy import JSON, Boolean, Column, Connection, Float, Insert, Integer, Update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -156,11 +156,11 @@ class DriverStatement:
         JSON text (as write_rows), or where orjson refuses a row one INSERT ... SELECT FROM unnest (_Unnest).
         The RETURNING rows as the driver gives them, in no set order (no result processing: the caller returns
         only columns that need none, and keys them)."""
-        found = self.recordset
-        if found is not None and found.returning and rows:
-            text = self._rows_text(found, rows)
+        recordset = self.recordset
+        if recordset is not None and recordset.returning and rows:
+            text = self._rows_text(recordset, rows)
             if text is not None:
-                return [tuple(row) for row in connection.exec_driver_sql(found.sql, {"rows": text}).all()]
+                return [tuple(row) for row in connection.exec_driver_sql(recordset.sql, {"rows": text}).all()]
         if self.unnest is not None:
             return self.unnest.execute(connection, self.parameters(rows))
         if self.order is None:
@@ -386,10 +386,11 @@ def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) 
                 or any(key not in table.c or table.c[key].name != key for key in keys)):
             return None
         returning = statement._returning  # noqa: SLF001
-        if any(getattr(column, "table", None) is not table for column in returning):
+        returned = [column for column in returning if isinstance(column, Column) and column.table is table]
+        if len(returned) != len(returning):
             return None
         columns = ", ".join(quote(key) for key in keys)
-        tail = f" RETURNING {', '.join(quote(column.name) for column in returning)}" if returning else ""
+        tail = f" RETURNING {', '.join(quote(column.name) for column in returned)}" if returned else ""
         return _Recordset(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {source}{tail}",
                           tuple((key, key) for key in keys), returning=bool(returning))
     where = statement.whereclause
