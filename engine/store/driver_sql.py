@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Boolean, Connection, Float, Insert, Integer, Update
+from sqlalchemy import JSON, Boolean, Column, Connection, Float, Insert, Integer, Update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -129,26 +129,38 @@ class DriverStatement:
         if not rows:
             return
         found = self.recordset
-        if found is not None and (found.key is None or len({row[found.key] for row in rows}) == len(rows)):
-            convert = dict((name, function) for name, function in self.convert if function is not json_text)
-            steps = [(name, column, convert.get(name)) for name, column in found.names]
-            converted = [{column: row[name] if function is None else function(row[name])
-                          for name, column, function in steps} for row in rows]
-            try:
-                text = orjson.dumps(converted).decode()
-            except TypeError:  # orjson.JSONEncodeError
-                text = None
+        if found is not None and not found.returning and (
+                found.key is None or len({row[found.key] for row in rows}) == len(rows)):
+            text = self._rows_text(found, rows)
             if text is not None:
                 connection.exec_driver_sql(found.sql, {"rows": text})
                 return
         self.executemany(connection, rows)
 
+    def _rows_text(self, found: _Recordset, rows: Sequence[Mapping[str, Any]]) -> str | None:
+        """The rows as one JSON array for json_populate_recordset (times converted, JSON columns nested), or
+        None where orjson refuses a value."""
+        convert = dict((name, function) for name, function in self.convert if function is not json_text)
+        steps = [(name, column, convert.get(name)) for name, column in found.names]
+        converted = [{column: row[name] if function is None else function(row[name])
+                      for name, column, function in steps} for row in rows]
+        try:
+            return orjson.dumps(converted).decode()
+        except TypeError:  # orjson.JSONEncodeError
+            return None
+
     def insert_returning(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         """An INSERT ... VALUES (...) RETURNING of one row, for many rows: on SQLite one multi-row VALUES
         statement per `_ROWS_PER_INSERT` rows (what SQLAlchemy's insertmanyvalues sends, without its per-row
-        parameter machinery), on PostgreSQL one INSERT ... SELECT FROM unnest (_Unnest). The RETURNING rows as
-        the driver gives them, in no set order (no result processing: the caller returns only columns that
-        need none, and keys them)."""
+        parameter machinery), on PostgreSQL one INSERT ... SELECT FROM json_populate_recordset of the rows as one
+        JSON text (as write_rows), or where orjson refuses a row one INSERT ... SELECT FROM unnest (_Unnest).
+        The RETURNING rows as the driver gives them, in no set order (no result processing: the caller returns
+        only columns that need none, and keys them)."""
+        recordset = self.recordset
+        if recordset is not None and recordset.returning and rows:
+            text = self._rows_text(recordset, rows)
+            if text is not None:
+                return [tuple(row) for row in connection.exec_driver_sql(recordset.sql, {"rows": text}).all()]
         if self.unnest is not None:
             return self.unnest.execute(connection, self.parameters(rows))
         if self.order is None:
@@ -353,15 +365,18 @@ class _Recordset:
     sql: str
     names: tuple[tuple[str, str], ...]
     key: str | None = None
+    returning: bool = False  # an INSERT ... RETURNING (insert_returning takes it; write_rows does not)
 
 
 def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) -> _Recordset | None:
-    """The json_populate_recordset form of a one-table INSERT of plain columns, or of an UPDATE of plain columns
-    WHERE <column> = <parameter>, returning nothing; None for another statement (RETURNING, a SELECT, ON
-    CONFLICT, given values, a schema, a column keyed apart from its name, another WHERE)."""
+    """The json_populate_recordset form of a one-table INSERT of plain columns (RETURNING columns of its table
+    or nothing), or of an UPDATE of plain columns WHERE <column> = <parameter> returning nothing; None for
+    another statement (an UPDATE ... RETURNING, a SELECT, ON CONFLICT, given values, a schema, a column keyed
+    apart from its name, another WHERE)."""
     table: Any = getattr(statement, "table", None)
     if (not isinstance(statement, Insert | Update) or table is None or getattr(table, "schema", None) is not None
-            or statement._returning or getattr(statement, "_values", None)):  # noqa: SLF001
+            or (statement._returning and not isinstance(statement, Insert))  # noqa: SLF001
+            or getattr(statement, "_values", None)):
         return None
     quote = dialect.identifier_preparer.quote
     source = f"json_populate_recordset(NULL::{quote(table.name)}, %(rows)s::json)"
@@ -370,9 +385,14 @@ def _recordset(dialect: Dialect, statement: ClauseElement, keys: Sequence[str]) 
                 or statement._multi_values  # noqa: SLF001
                 or any(key not in table.c or table.c[key].name != key for key in keys)):
             return None
+        returning = statement._returning  # noqa: SLF001
+        returned = [column for column in returning if isinstance(column, Column) and column.table is table]
+        if len(returned) != len(returning):
+            return None
         columns = ", ".join(quote(key) for key in keys)
-        return _Recordset(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {source}",
-                          tuple((key, key) for key in keys))
+        tail = f" RETURNING {', '.join(quote(column.name) for column in returned)}" if returned else ""
+        return _Recordset(f"INSERT INTO {quote(table.name)} ({columns}) SELECT {columns} FROM {source}{tail}",
+                          tuple((key, key) for key in keys), returning=bool(returning))
     where = statement.whereclause
     if not (isinstance(where, BinaryExpression) and where.operator is operators.eq
             and isinstance(where.right, BindParameter) and table.c.contains_column(where.left)):

@@ -206,3 +206,38 @@ def test_an_update_of_many_rows_keeps_the_executemany_order(database: Database, 
         stored = {row.id: (row.summary, row.flapping, row.labels)
                   for row in session.scalars(select(ViolationRow).where(ViolationRow.id.in_(ids)))}
     assert stored == {ids[0]: ("third", True, {"a": [1.5, None]}), ids[1]: ("other", False, {})}
+
+
+def test_new_violations_returned_ids_map_to_their_rows(database: Database, make_event, make_match) -> None:
+    """insert_returning of the new violations (PostgreSQL: one INSERT ... FROM json_populate_recordset ...
+    RETURNING; a row orjson refuses, an integer beyond 64 bits in the group, by the unnest INSERT instead; SQLite:
+    the multi-row VALUES) stores what SQLAlchemy's execution stores, and each returned id is the row of its rule
+    and group key."""
+    from sqlalchemy import select
+
+    from gpuslo.engine.store.models import ViolationRow
+
+    table = ViolationRow.__table__
+    with database.session() as session:
+        repository.store_events(session, [make_event(id="n0")], now=NOW)
+        violations.record_match(session, make_match([make_event(id="n0")], group_key="seed"), now=NOW)
+        connection = session.connection()
+        seed = dict(connection.execute(select(table)).mappings().one())
+        del seed["id"]
+        groups = [{"host": "é ✓", "gpu": 3, "nested": [1.5, None, True]}, {"big": 2**70}, {}]
+        rows = [{**seed, "group_key": f"k{i}", "group": group, "first_seen": TIMES[i], "occurrences": i + 1,
+                 "flapping": i == 2, "resolve_after_s": None if i else 2.5} for i, group in enumerate(groups)]
+        statement = driver_sql.driver_statement(connection.dialect, violations._CREATE, list(rows[0]))
+        assert (statement.recordset is not None) == (connection.dialect.name == "postgresql")
+        returned = statement.insert_returning(connection, [rows[2], rows[0]])
+        returned += statement.insert_returning(connection, rows[1:2])  # orjson refuses 2**70: unnest on PostgreSQL
+        connection.execute(violations._CREATE, [{**row, "group_key": f"reference {row['group_key']}"} for row in rows])
+        stored = {row["group_key"]: dict(row) for row in connection.execute(
+            select(table).where(table.c.group_key != "seed")).mappings()}
+    assert sorted(key for _, _, key in returned) == ["k0", "k1", "k2"] and len(stored) == 6
+    for violation_id, rule_id, group_key in returned:
+        assert (stored[group_key]["id"], stored[group_key]["rule_id"]) == (violation_id, rule_id)
+    for i in range(3):
+        ours, theirs = stored[f"k{i}"], stored[f"reference k{i}"]
+        assert {**ours, "id": None, "group_key": None} == {**theirs, "id": None, "group_key": None}
+        assert repr(ours["group"]) == repr(groups[i]) and ours["first_seen"] == TIMES[i]

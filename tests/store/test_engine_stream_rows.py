@@ -1,10 +1,10 @@
-"""The engine's write of a fixed event stream (bench/engine.py's mixed fleet stream evaluated by the shipped
-rulebooks) stores the same rows through the driver-SQL statements (engine/store/driver_sql.py: the violations'
-multi-row INSERT ... RETURNING, the updates, evidence trims and links and history lines (json_populate_recordset
-on PostgreSQL), processed_at's expanded IN list; engine/store/driver_select.py: the lookups of stored violations,
-reopens and evidence) as through SQLAlchemy's own execution of the same statements, on both databases: every
-violation column, evidence row, history line, outbox-facing view and processed_at; and every lookup returns the
-values SQLAlchemy returns, of the same types."""
+"""The engine's write of a fixed event stream (bench/engine.py's mixed fleet stream evaluated by the shipped rulebooks)
+stores the same rows through the driver-SQL statements (engine/store/driver_sql.py: the violations' multi-row INSERT
+... RETURNING, the updates, evidence trims and links and history lines (the INSERTs and the UPDATE from
+json_populate_recordset on PostgreSQL; the violations' INSERT checked to be sent so), processed_at's expanded IN
+list; engine/store/driver_select.py: the lookups of stored violations, reopens and evidence) as through SQLAlchemy's
+own execution of the same statements, on both databases: every violation column, evidence row, history line,
+outbox-facing view and processed_at; and every lookup returns the values SQLAlchemy returns, of the same types."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, event, select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import ClauseElement
 
@@ -166,11 +166,21 @@ def test_a_fixed_stream_stores_the_rows_sqlalchemy_execution_stored(database: Da
     def compared(dialect: Any, statement: Any) -> _Compared:
         return _Compared(driver_select(dialect, statement), statement, answers)
 
+    sent: list[str] = []
+
+    def capture(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(database.engine, "before_cursor_execute", capture)
     with monkeypatch.context() as patch:
         patch.setattr(violations, "driver_select", compared)
         patch.setattr(evidence, "driver_select", compared)
         driven = _snapshot(database, _play(database, events, results))
         whole = _whole_table_lookups(database, answers)
+    event.remove(database.engine, "before_cursor_execute", capture)
+    creates = [sql for sql in sent if sql.startswith("INSERT INTO violations ")]
+    assert creates and all(("json_populate_recordset" in sql and "RETURNING id, rule_id, group_key" in sql)
+                           == (database.engine.dialect.name == "postgresql") for sql in creates)
     reference = _emptied(database, tmp_path)
 
     def sqlalchemy_statement(_dialect: Any, statement: ClauseElement, _keys: Sequence[str] = ()) -> _Sqlalchemy:
