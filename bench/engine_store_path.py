@@ -19,23 +19,25 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import engine_workload as workload
+from engine_http import scratch_postgres
 
 from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
 from gpuslo.engine.metrics import Metrics
 from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.runtime import RuleEvaluator
+from gpuslo.engine.runtime import EngineResult, RuleEvaluator
 from gpuslo.engine.store.db import Database
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(url: str, items: list[dict[str, Any]], post: int, batch: int) -> dict[str, Any]:
+def evaluated_core(url: str, items: list[dict[str, Any]], batch: int) -> tuple[Gpuslo, Database, list[EngineResult]]:
+    """A core on a fresh database at `url` (its ingest queues nothing: no engine thread) and the items evaluated up
+    front by a RuleEvaluator of the shipped rulebooks in batches of `batch` (bench/record_*.py use it too)."""
     good, problems = load_directory(ROOT / "rules")
     if problems:
         raise SystemExit(f"rulebooks do not load: {problems}")
@@ -43,11 +45,15 @@ def measure(url: str, items: list[dict[str, Any]], post: int, batch: int) -> dic
     database.upgrade()
     settings = Settings(database_url=url, rules_dir=ROOT / "rules", port=0, ingest_requests_per_second=0.0)
     core = Gpuslo(settings, database, Metrics())
-    core.ingest._submit = lambda events: None  # noqa: SLF001  # no engine thread here: batches are fed below
+    core.ingest._submit = lambda events: None  # noqa: SLF001  # no engine thread here: batches are fed by the caller
     evaluator = RuleEvaluator()
     evaluator.load(good)
     events = [workload.to_event(item) for item in items]
-    results = [evaluator.evaluate_batch(events[i:i + batch]) for i in range(0, len(events), batch)]
+    return core, database, [evaluator.evaluate_batch(events[i:i + batch]) for i in range(0, len(events), batch)]
+
+
+def measure(url: str, items: list[dict[str, Any]], post: int, batch: int) -> dict[str, Any]:
+    core, database, results = evaluated_core(url, items, batch)
     ingest_cpu, record_cpu = [], []
     posted = 0
     for result in results:
@@ -86,17 +92,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="gpuslo-store-path-") as folder:
             out = measure(f"sqlite:///{folder}/bench.db", items, args.post, args.batch)
     else:
-        import psycopg
-
-        name = f"gpuslo_store_path_{uuid.uuid4().hex[:10]}"
-        admin_url = "postgresql://postgres@127.0.0.1:5432/postgres"
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            out = measure(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", items, args.post, args.batch)
-        finally:
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with scratch_postgres() as url:
+            out = measure(url, items, args.post, args.batch)
     out.update(stream=args.stream, database=args.database)
     print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}), file=sys.stdout)
 

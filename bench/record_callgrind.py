@@ -16,44 +16,36 @@ import argparse
 import logging
 import sys
 import tempfile
-import uuid
 import zlib
-from pathlib import Path
+from typing import Any
 
 import engine_workload as workload
+from engine_http import scratch_postgres
+from engine_store_path import evaluated_core
 
-from gpuslo.engine.config import Settings
 from gpuslo.engine.core import Gpuslo
-from gpuslo.engine.metrics import Metrics
-from gpuslo.engine.rulebook import load_directory
-from gpuslo.engine.runtime import RuleEvaluator
+from gpuslo.engine.runtime import EngineResult
 from gpuslo.engine.store.db import Database
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def run(url: str, items: list[dict[str, object]], batch: int) -> int:
-    good, problems = load_directory(ROOT / "rules")
-    if problems:
-        raise SystemExit(f"rulebooks do not load: {problems}")
-    database = Database(url)
-    database.upgrade()
-    settings = Settings(database_url=url, rules_dir=ROOT / "rules", port=0, ingest_requests_per_second=0.0)
-    core = Gpuslo(settings, database, Metrics())
-    core.ingest._submit = lambda events: None  # noqa: SLF001  # no engine thread: batches are recorded below
-    evaluator = RuleEvaluator()
-    evaluator.load(good)
-    events = [workload.to_event(item) for item in items]
-    results = [evaluator.evaluate_batch(events[i:i + batch]) for i in range(0, len(events), batch)]
+def warmed_up(url: str, items: list[dict[str, Any]], batch: int) -> tuple[Gpuslo, Database, list[EngineResult]]:
+    """The items evaluated in batches of `batch` and ingested through a fresh core at `url`, the first batch
+    recorded as a warm-up; the other batches, still to record (bench/record_pg_cpu.py uses it too)."""
+    core, database, results = evaluated_core(url, items, batch)
     for start in range(0, len(items), 500):
         core.ingest(items[start:start + 500])
     core.engine_store.record(results[0])
+    return core, database, results[1:]
+
+
+def run(url: str, items: list[dict[str, Any]], batch: int) -> int:
+    core, database, results = warmed_up(url, items, batch)
     zlib.crc32(b"start")  # callgrind --dump-before=crc32: what follows is one part
-    for result in results[1:]:
+    for result in results:
         core.engine_store.record(result)
     zlib.crc32(b"end")
     database.engine.dispose()
-    return len(results) - 1
+    return len(results)
 
 
 def main() -> None:
@@ -70,17 +62,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="gpuslo-callgrind-") as folder:
             batches = run(f"sqlite:///{folder}/bench.db", items, args.batch)
     else:
-        import psycopg
-
-        name = f"gpuslo_callgrind_{uuid.uuid4().hex[:10]}"
-        admin_url = "postgresql://postgres@127.0.0.1:5432/postgres"
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            batches = run(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", items, args.batch)
-        finally:
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with scratch_postgres() as url:
+            batches = run(url, items, args.batch)
     print(f"batches measured: {batches}", file=sys.stderr)
 
 
